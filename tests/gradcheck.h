@@ -1,0 +1,85 @@
+/**
+ * @file gradcheck.h
+ * @brief Central finite differences in double, and the error measure every gradient check uses.
+ *
+ * Each check prints one line "gradcheck <name>: worst relative error <e> (element <k>)" so the
+ * test log (and scripts/test.sh's summary) shows how close every analytic gradient is.
+ */
+#pragma once
+
+#include <Eigen/Dense>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tensor.h"
+
+namespace mhar::test {
+
+/// Step of the central difference: truncation error ~ h² ~ 1e-10, rounding ~ 1e-16/h ~ 1e-11.
+inline constexpr double kFdStep = 1e-5;
+/// A gradient passes when its worst relative error is below this: ~1000× the expected FD error,
+/// and ~1e4× below what any real bug (a missing term, a wrong sign) produces.
+inline constexpr double kGradTol = 1e-6;
+
+struct GradReport {
+  double worst = 0.0;    ///< worst relative error over the checked elements
+  long worst_index = -1;
+  double analytic = 0.0, numeric = 0.0;  ///< at the worst element
+};
+
+/**
+ * Compares `analytic` (∂f/∂x for the elements of x listed in `indices`) with central differences
+ * of f. Relative error per element: |a − n| / max(|a|, |n|, 1e-3 · max_k |n_k|, 1e-12), so
+ * elements whose gradient is tiny next to the tensor's largest are measured on that scale.
+ */
+inline GradReport check_gradient(const std::string& name, Mat<double>& x,
+                                 const Mat<double>& analytic, const std::function<double()>& f,
+                                 const std::vector<long>& indices) {
+  std::vector<double> numeric(indices.size());
+  double scale = 0.0;
+  for (std::size_t k = 0; k < indices.size(); ++k) {
+    double& v = x.data()[indices[k]];
+    const double saved = v;
+    v = saved + kFdStep;
+    const double fp = f();
+    v = saved - kFdStep;
+    const double fm = f();
+    v = saved;
+    numeric[k] = (fp - fm) / (2 * kFdStep);
+    scale = std::max(scale, std::abs(numeric[k]));
+  }
+  GradReport rep;
+  for (std::size_t k = 0; k < indices.size(); ++k) {
+    const double a = analytic.data()[indices[k]], n = numeric[k];
+    const double denom = std::max({std::abs(a), std::abs(n), 1e-3 * scale, 1e-12});
+    const double rel = std::abs(a - n) / denom;
+    if (rel > rep.worst || rep.worst_index < 0) {
+      rep.worst = rel;
+      rep.worst_index = indices[k];
+      rep.analytic = a;
+      rep.numeric = n;
+    }
+  }
+  std::printf("gradcheck %s: worst relative error %.3e (element %ld: analytic %.6e, numeric %.6e)\n",
+              name.c_str(), rep.worst, rep.worst_index, rep.analytic, rep.numeric);
+  return rep;
+}
+
+/// All elements of x, or `count` of them spread evenly (first and last always included).
+inline std::vector<long> sample_indices(const Mat<double>& x, long count = -1) {
+  const long n = static_cast<long>(x.size());
+  std::vector<long> idx;
+  if (count < 0 || count >= n) {
+    for (long i = 0; i < n; ++i) idx.push_back(i);
+  } else {
+    for (long k = 0; k < count; ++k) idx.push_back(count == 1 ? 0 : k * (n - 1) / (count - 1));
+  }
+  return idx;
+}
+
+}  // namespace mhar::test
