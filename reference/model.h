@@ -1,0 +1,197 @@
+/**
+ * @file model.h
+ * @brief The tiny Qwen3-style decoder (DESIGN.md §2) in all five residual modes, CPU reference:
+ *        configuration, parameters, forward (loss), backward (every parameter gradient).
+ *
+ * Byte-level vocabulary (256). Pre-norm blocks: RMSNorm → causal grouped-query attention with
+ * RoPE, and RMSNorm → SwiGLU MLP. Tied embedding / LM head. Sub-layer j is attention for j = 2l
+ * and MLP for j = 2l + 1; out_j = f_j(RMSNorm_j(input_j)). Only how input_j (and the final read)
+ * is formed depends on the mode:
+ *
+ *   residual  input_j = E + Σ_{k<j} out_k                       final: the same stream
+ *   attnres   input_j = route_1 ([E, out_0 … out_{j−1}])         final: route over all 2L+1
+ *   mhar      input_j = route_H ([E, out_0 … out_{j−1}])         final: likewise, H heads
+ *   block     input_j = route_H ([b_0 = E, completed blocks, partial sum of this block])
+ *   delta     input_j = h_j + a_j · route_H ([ν, b_0, completed blocks, partial])   final: h
+ */
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "layers.h"
+#include "routing.h"
+#include "tensor.h"
+
+namespace mhar {
+
+enum class Mode { Residual, AttnRes, Mhar, Block, Delta };
+
+/// "residual", "attnres", "mhar", "block", "delta".
+std::string mode_name(Mode m);
+/// Parses a mode name; throws ShapeError listing the allowed names.
+Mode parse_mode(const std::string& name);
+
+struct Config {
+  int vocab = 256;    ///< bytes
+  int d = 128;        ///< model width
+  int L = 4;          ///< transformer blocks (2L sub-layers)
+  int n_head = 4;     ///< query heads (hd = d / n_head)
+  int n_kv_head = 2;  ///< key/value heads (grouped-query attention)
+  int ffn = 352;      ///< SwiGLU hidden width
+  int T = 128;        ///< tokens per sequence
+  Mode mode = Mode::Mhar;
+  int H = 0;          ///< routing heads; 0 = default (n_kv_head; attnres always uses 1)
+  int n_blocks = 2;   ///< blocks for `block` and `delta`
+
+  /// Throws ShapeError with a message naming the field and what is allowed.
+  void validate() const;
+  int head_dim() const { return d / n_head; }
+  /// Routing heads actually used: 1 for attnres, H (or n_kv_head when H = 0) otherwise.
+  int route_heads() const;
+  /// Routing sites: 0 (residual), 2L + 1 (attnres, mhar, block), 2L (delta: the final read is h).
+  int n_sites() const;
+  /// Layers per block, ceil(L / n_blocks).
+  int layers_per_block() const;
+  bool routed() const { return mode != Mode::Residual; }
+};
+
+template <typename T>
+struct LayerParams {
+  Mat<T> attn_norm;  ///< 1 × d
+  Mat<T> wq;         ///< d × (n_head·hd)
+  Mat<T> wk;         ///< d × (n_kv_head·hd)
+  Mat<T> wv;         ///< d × (n_kv_head·hd)
+  Mat<T> wo;         ///< (n_head·hd) × d
+  Mat<T> mlp_norm;   ///< 1 × d
+  Mat<T> w_gate;     ///< d × ffn
+  Mat<T> w_up;       ///< d × ffn
+  Mat<T> w_down;     ///< ffn × d
+};
+
+/// Every parameter tensor of the model. Names (for checkpoints and gradient files) are given by
+/// for_each: "embed", "layers.<l>.<name>", "final_norm", "route.q", "route.g", "delta.null",
+/// "delta.gate".
+template <typename T>
+struct Params {
+  Mat<T> embed;       ///< vocab × d, tied with the LM head
+  std::vector<LayerParams<T>> layers;
+  Mat<T> final_norm;  ///< 1 × d
+  Mat<T> route_q;     ///< n_sites × d pseudo-queries (routed modes; init 0)
+  Mat<T> route_g;     ///< n_sites × d key gains (routed modes; init 1)
+  Mat<T> delta_null;  ///< 1 × d null source ν (delta; init 0)
+  Mat<T> delta_gate;  ///< 1 × 2L gates a_j (delta; init 0)
+
+  /// Calls f(name, tensor, decay) for each tensor the mode uses, in a fixed order; decay says
+  /// whether AdamW's weight decay applies (matrices yes; gains, routing, gates no).
+  template <typename F>
+  void for_each(F&& f);
+  template <typename F>
+  void for_each(F&& f) const;
+};
+
+/// Parameters with the DESIGN.md §2 initialisation: N(0, 0.02²) matrices, ones for gains,
+/// zeros for routing queries, ones for key gains, zero null source and gates.
+template <typename T>
+Params<T> init_params(const Config& cfg, Rng& rng);
+/// Parameters of the config's shapes, all zero (gradient buffers, optimiser moments).
+template <typename T>
+Params<T> zero_params(const Config& cfg);
+/// Parameters converted to another scalar type.
+template <typename To, typename From>
+Params<To> cast_params(const Params<From>& p);
+/// Number of scalars.
+template <typename T>
+long count_params(const Params<T>& p);
+
+/// Everything the forward keeps for the backward (and for heatmaps and diagnostics).
+template <typename T>
+struct Cache {
+  int B = 0;
+  std::vector<int> tokens, targets;
+  std::vector<Mat<T>> prims;            ///< [E, out_0 … out_{2L−1}]: 2L + 1 of P × d
+  std::vector<Mat<T>> inputs;           ///< input_j, 2L of P × d
+  std::vector<Vec<T>> norm_rinv;        ///< RMSNorm_j's 1/RMS
+  std::vector<Mat<T>> normed;           ///< RMSNorm_j(input_j)
+  std::vector<Mat<T>> q, k, v, attn;    ///< per layer: after RoPE, and attention output (pre-W_o)
+  std::vector<std::vector<Mat<T>>> probs;  ///< per layer: attention probabilities
+  std::vector<MlpSaved<T>> mlp;         ///< per layer
+  std::vector<std::vector<Mat<T>>> site_sources;  ///< block, delta: the sources each site read
+  std::vector<Mat<T>> site_out;         ///< routed modes: each site's routing output
+  std::vector<RoutingSaved<T>> route;   ///< routed modes: α and r per site
+  Mat<T> final_in;                      ///< input of the final norm
+  Vec<T> final_rinv;
+  Mat<T> final_normed;
+  Mat<T> probs_out;                     ///< softmax of the logits, P × vocab
+  T loss = 0;
+};
+
+/**
+ * @brief Forward pass on B sequences: tokens and targets are B·T bytes each (sequence-major).
+ * Returns the mean cross-entropy; fills `cache` when it is not null.
+ */
+template <typename T>
+T model_forward(const Config& cfg, const Params<T>& p, const std::vector<int>& tokens,
+                const std::vector<int>& targets, int B, Cache<T>* cache);
+
+/// Logits (P × vocab) of the forward, without a loss (for sampling and evaluation).
+template <typename T>
+Mat<T> model_logits(const Config& cfg, const Params<T>& p, const std::vector<int>& tokens, int B,
+                    Cache<T>* cache = nullptr);
+
+/// Backward pass: grads (=) receives ∂loss/∂θ for every parameter, from the forward's cache.
+template <typename T>
+void model_backward(Params<T>& grads, const Config& cfg, const Params<T>& p, const Cache<T>& cache);
+
+/// Describes source i of routing site s ("emb", "attn0", "mlp0", "block1", "partial", "null", …).
+std::vector<std::string> site_source_names(const Config& cfg, int site);
+/// Names the routing sites ("attn0", "mlp0", …, "final").
+std::vector<std::string> site_names(const Config& cfg);
+
+/**
+ * @brief A `delta` model that computes exactly the logits of a trained `residual` model: the
+ * same weights, routing q = 0, g = 1, null source ν = 0 and every gate a_j = 0.
+ */
+template <typename T>
+Params<T> convert_residual_to_delta(Config& delta_cfg, const Config& residual_cfg,
+                                    const Params<T>& residual, int H, int n_blocks);
+
+// ---- template members ------------------------------------------------------------------------
+
+template <typename T>
+template <typename F>
+void Params<T>::for_each(F&& f) {
+  f(std::string("embed"), embed, true);
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    const std::string pre = "layers." + std::to_string(l) + ".";
+    LayerParams<T>& y = layers[l];
+    f(pre + "attn_norm", y.attn_norm, false);
+    f(pre + "wq", y.wq, true);
+    f(pre + "wk", y.wk, true);
+    f(pre + "wv", y.wv, true);
+    f(pre + "wo", y.wo, true);
+    f(pre + "mlp_norm", y.mlp_norm, false);
+    f(pre + "w_gate", y.w_gate, true);
+    f(pre + "w_up", y.w_up, true);
+    f(pre + "w_down", y.w_down, true);
+  }
+  f(std::string("final_norm"), final_norm, false);
+  if (route_q.size() > 0) {
+    f(std::string("route.q"), route_q, false);
+    f(std::string("route.g"), route_g, false);
+  }
+  if (delta_gate.size() > 0) {
+    f(std::string("delta.null"), delta_null, false);
+    f(std::string("delta.gate"), delta_gate, false);
+  }
+}
+
+template <typename T>
+template <typename F>
+void Params<T>::for_each(F&& f) const {
+  const_cast<Params<T>*>(this)->for_each(
+      [&](const std::string& name, Mat<T>& m, bool decay) { f(name, static_cast<const Mat<T>&>(m), decay); });
+}
+
+}  // namespace mhar
