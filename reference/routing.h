@@ -7,7 +7,8 @@
  * [h·K, (h+1)·K) and runs its own softmax over depth. H = 1 is Attention Residuals exactly;
  * H > 1 is Multi-Head Attention Residuals (MHAR). The split adds no parameters.
  *
- * Plain Eigen, vectorised over positions: every step below is one Eigen line under its formula.
+ * Plain Eigen, vectorised over positions: a loop over sources i and heads h, and for each an
+ * Eigen line over all P positions and the head's K columns, under the formula it computes.
  * The CUDA twin is cuda/routing.cu (same names, same argument order).
  */
 #pragma once
@@ -28,11 +29,6 @@ struct RoutingSaved {
   std::vector<Mat<T>> alpha;  ///< N × (P × H): routing weights α_i[h], softmax over i
   std::vector<Vec<T>> rinv;   ///< N × (P): r_i = 1 / RMS(S_i) over the full width d
 };
-
-/// The d × H head indicator M: M[c, h] = 1 when column c belongs to head h, else 0.
-/// S·M sums each head's columns; A·Mᵀ spreads a per-head value over its K columns.
-template <typename T>
-Mat<T> head_indicator(int d, int H);
 
 /**
  * @brief Routing forward at one site.

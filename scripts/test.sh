@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh Debian 12 machine: set-up, build, ctest, then a summary of every
+# gradient check's worst relative error. Exits non-zero when anything fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+scripts/build.sh "$@"
+cd build
+status=0
+ctest --output-on-failure --parallel "$(nproc)" || status=$?
+log=Testing/Temporary/LastTest.log
+if [ -f "$log" ]; then
+  n=$(grep -c '^gradcheck ' "$log" || true)
+  worst=$(grep '^gradcheck ' "$log" | sed -E 's/.*worst relative error ([^ ]+).*/\1/' | sort -g | tail -1)
+  echo
+  echo "gradient checks: $n tensors checked by central differences in double; worst relative error $worst"
+  echo "(every line: grep '^gradcheck' build/$log)"
+  grep '^gradcheck ' "$log" | sed -E 's/^gradcheck (.*): worst relative error ([^ ]+) .* (ok|FAIL)$/  \3  \2  \1/' | sort -t' ' -k5
+fi
+exit $status

@@ -1,0 +1,32 @@
+/**
+ * @file errors.h
+ * @brief What mhar-toy's exit codes mean, and the exceptions that carry them.
+ *
+ *   0  success
+ *   1  a runtime failure (a file could not be written, a device error, …)
+ *   2  a usage error: a bad flag, a missing or unusable input file, a checkpoint that does not fit
+ *   3  training diverged (a NaN or infinite loss); the last good checkpoint is kept
+ *   130 interrupted (Ctrl-C); a checkpoint of the last finished step was written
+ */
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace mhar::toy {
+
+enum ExitCode : int { kOk = 0, kFailure = 1, kUsage = 2, kDiverged = 3, kInterrupted = 130 };
+
+/// The user asked for something that cannot be done as asked (exit 2).
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// The loss became NaN or infinite (exit 3).
+class DivergedError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace mhar::toy

@@ -1,0 +1,32 @@
+/**
+ * @file heatmap.h
+ * @brief Where each routing head looks: the mean routing weight α over real text, as a
+ *        [site × source] matrix per head (PNG, SVG, CSV, JSON), and how much the heads
+ *        disagree at each site (mean pairwise Jensen–Shannon divergence, PNG and SVG).
+ */
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "data.h"
+#include "model.h"
+
+namespace mhar::toy {
+
+/// Mean α over the positions of a batch: per head, a sites × sources matrix (NaN where a site
+/// cannot read a source), with the labels of its rows and columns.
+struct RoutingMap {
+  std::vector<std::string> sites, sources;
+  int H = 0;
+  std::vector<std::vector<double>> alpha;  ///< H × (sites × sources), row-major
+  std::vector<double> disagreement;        ///< per site: mean pairwise JS divergence (bits)
+};
+
+RoutingMap routing_map(const Config& cfg, const Params<float>& p, const Batch& batch, int B);
+
+/// Writes heatmap.{png,svg}, alpha.{csv,json} and disagreement.{png,svg} into `dir` (created).
+/// `title` heads the figures (e.g. "mhar H=4, step 100").
+void write_routing_map(const std::string& dir, const RoutingMap& map, const std::string& title);
+
+}  // namespace mhar::toy

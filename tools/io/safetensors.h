@@ -1,0 +1,95 @@
+/**
+ * @file safetensors.h
+ * @brief Reading and writing the safetensors format (checkpoints of mhar-toy), and the atomic
+ *        file write every output of the tools goes through.
+ *
+ * The layout of a safetensors file (the standard one, readable by Python's `safetensors`):
+ *
+ *     offset 0       8-byte unsigned little-endian integer N: the length of the JSON header
+ *     offset 8       N bytes of UTF-8 JSON, padded with spaces so that 8 + N is a multiple of 8:
+ *                      {"__metadata__": {"key": "value", ...},            (optional, strings only)
+ *                       "name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}, ...}
+ *     offset 8 + N   the data area: raw little-endian tensor data, row-major (C order).
+ *                    data_offsets = [begin, end) are byte offsets into the data area, and
+ *                    end − begin = numel × itemsize (numel of shape [] is 1).
+ *
+ * The writer lays tensors out back to back in insertion order from offset 0 (no gaps, no
+ * overlaps: what Python's reader demands). The reader is more lenient (it accepts gaps,
+ * overlaps and trailing bytes) but never reads outside the file: every inconsistency becomes a
+ * FormatError whose message starts with the path.
+ *
+ * Only the dtypes this project uses are supported: F32, F64, I64. No Eigen, no model: plain
+ * byte buffers, so that the tools and the tests share one implementation.
+ */
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace mhar::io {
+
+/// A file that is not valid safetensors (or a tensor that cannot be what was asked of it).
+/// The message starts with the file's path when there is one.
+class FormatError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Bytes per element of a dtype ("F32" → 4, "F64" → 8, "I64" → 8); throws FormatError otherwise.
+std::size_t dtype_size(const std::string& dtype);
+
+/// One tensor: dtype, shape and its raw little-endian bytes (row-major).
+struct Tensor {
+  std::string dtype;           ///< "F32", "F64" or "I64"
+  std::vector<int64_t> shape;  ///< [] for a scalar
+  std::vector<unsigned char> bytes;
+
+  /// Copies numel(shape) floats from `data`. Throws std::invalid_argument on a negative dim.
+  static Tensor from_f32(std::vector<int64_t> shape, const float* data);
+  /// Copies numel(shape) doubles from `data`.
+  static Tensor from_f64(std::vector<int64_t> shape, const double* data);
+  /// Copies numel(shape) 64-bit integers from `data`.
+  static Tensor from_i64(std::vector<int64_t> shape, const int64_t* data);
+
+  /// The values as float (F32 as is, F64 rounded); throws FormatError for I64.
+  std::vector<float> to_f32() const;
+  /// The values as double (F32 widened, F64 as is); throws FormatError for I64.
+  std::vector<double> to_f64() const;
+  /// The values of an I64 tensor; throws FormatError for any other dtype.
+  std::vector<int64_t> to_i64() const;
+  /// Product of the shape (1 for a scalar).
+  int64_t numel() const;
+};
+
+/// The content of one file: metadata and tensors, in the order they are written.
+struct SafeTensors {
+  std::map<std::string, std::string> metadata;
+  std::vector<std::pair<std::string, Tensor>> tensors;
+
+  /// The tensor called `name`, or nullptr.
+  const Tensor* find(const std::string& name) const;
+};
+
+/// Writes `st` to `path` atomically (see write_file_atomic). Throws FormatError (message starts
+/// with the path) for an invalid tensor (unknown dtype, byte count ≠ numel × itemsize, empty or
+/// duplicate name, the reserved name "__metadata__") and std::system_error when writing fails.
+void save_safetensors(const std::string& path, const SafeTensors& st);
+
+/// Reads and validates `path`; tensors come back in the order of their data offsets (which is
+/// the insertion order of the writer). Throws FormatError("<path>: ...") on any problem.
+SafeTensors load_safetensors(const std::string& path);
+
+/// Writes the concatenation of `pieces` to `path` so that `path` is never half-written: the data
+/// goes to "<path>.tmp-<pid>" in the same directory, every write is checked, the file is
+/// fsync'ed and closed, then renamed over `path`. On failure the temporary file is removed,
+/// `path` is left as it was, and std::system_error("<path>: <what failed>: <OS error>") is thrown.
+void write_file_atomic(const std::string& path, std::span<const std::string_view> pieces);
+
+}  // namespace mhar::io

@@ -1,0 +1,376 @@
+/**
+ * @file train.cpp
+ * @brief The training loop (see train.h). Everything a step does depends only on the parameters,
+ *        the optimiser state and the step number, so a resumed run repeats the uninterrupted one.
+ */
+#include "train.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <numbers>
+
+#include "checkpoint.h"
+#include "data.h"
+#include "errors.h"
+#include "figures.h"
+#include "heatmap.h"
+#include "optim.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace mhar::toy {
+
+namespace fs = std::filesystem;
+
+// ---- Options ----------------------------------------------------------------------------------
+
+nlohmann::json train_options_to_json(const TrainOptions& o) {
+  return {{"model", config_to_json(o.cfg)},
+          {"train",
+           {{"data", o.data},         {"steps", o.steps},
+            {"batch", o.batch},       {"lr", o.lr},
+            {"min_lr_ratio", o.min_lr_ratio}, {"warmup", o.warmup},
+            {"weight_decay", o.weight_decay}, {"clip", o.clip},
+            {"seed", o.seed},         {"val_fraction", o.val_fraction},
+            {"eval_every", o.eval_every}, {"eval_batches", o.eval_batches},
+            {"ckpt_every", o.ckpt_every}, {"heatmap_every", o.heatmap_every},
+            {"log_every", o.log_every}, {"device", o.device}, {"threads", o.threads}}}};
+}
+
+TrainOptions train_options_from_json(const nlohmann::json& j, const std::string& where) {
+  TrainOptions o;
+  try {
+    o.cfg = config_from_json(j.at("model"), where);
+    const auto& t = j.at("train");
+    o.data = t.at("data").get<std::string>();
+    o.steps = t.at("steps").get<int>();
+    o.batch = t.at("batch").get<int>();
+    o.lr = t.at("lr").get<double>();
+    o.min_lr_ratio = t.at("min_lr_ratio").get<double>();
+    o.warmup = t.at("warmup").get<int>();
+    o.weight_decay = t.at("weight_decay").get<double>();
+    o.clip = t.at("clip").get<double>();
+    o.seed = t.at("seed").get<std::uint64_t>();
+    o.val_fraction = t.at("val_fraction").get<double>();
+    o.eval_every = t.at("eval_every").get<int>();
+    o.eval_batches = t.at("eval_batches").get<int>();
+    o.ckpt_every = t.at("ckpt_every").get<int>();
+    o.heatmap_every = t.at("heatmap_every").get<int>();
+    o.log_every = t.at("log_every").get<int>();
+    o.device = t.at("device").get<std::string>();
+    o.threads = t.at("threads").get<int>();
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError(where + ": bad run config: " + e.what());
+  }
+  return o;
+}
+
+void validate(const TrainOptions& o) {
+  try {
+    o.cfg.validate();
+  } catch (const ShapeError& e) {
+    throw UsageError(e.what());
+  }
+  auto positive = [](long v, const char* flag) {
+    if (v <= 0) throw UsageError(fmt::format("{} must be positive, got {}", flag, v));
+  };
+  positive(o.steps, "--steps");
+  positive(o.batch, "--batch");
+  positive(o.eval_every, "--eval-every");
+  positive(o.eval_batches, "--eval-batches");
+  positive(o.ckpt_every, "--ckpt-every");
+  positive(o.log_every, "--log-every");
+  if (o.heatmap_every < 0) throw UsageError("--heatmap-every must be 0 (only at the end) or positive");
+  if (o.warmup < 0) throw UsageError("--warmup must be 0 or positive");
+  if (o.threads < 0) throw UsageError("--threads must be 0 (all cores) or positive");
+  if (!(o.lr > 0 && std::isfinite(o.lr))) throw UsageError(fmt::format("--lr must be positive, got {}", o.lr));
+  if (!(o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1))
+    throw UsageError("--min-lr-ratio must be in [0, 1]");
+  if (!(o.weight_decay >= 0)) throw UsageError("--weight-decay must be 0 or positive");
+  if (!(o.clip >= 0)) throw UsageError("--clip must be 0 (off) or positive");
+  if (o.device != "auto" && o.device != "cpu" && o.device != "cuda")
+    throw UsageError("--device must be auto, cpu or cuda, got '" + o.device + "'");
+}
+
+double learning_rate(const TrainOptions& o, long step) {
+  if (o.warmup > 0 && step <= o.warmup) return o.lr * static_cast<double>(step) / o.warmup;
+  const double span = std::max(1, o.steps - o.warmup);
+  const double progress = std::min(1.0, static_cast<double>(step - o.warmup) / span);
+  const double cosine = 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
+  return o.lr * (o.min_lr_ratio + (1.0 - o.min_lr_ratio) * cosine);
+}
+
+// ---- The loop ---------------------------------------------------------------------------------
+
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+extern "C" void on_sigint(int) { g_interrupted = true; }
+
+/// The device the run uses; only the CPU reference trains until the CUDA training step lands.
+std::string pick_device(const std::string& requested) {
+  if (requested == "cuda")
+    throw UsageError(
+        "--device cuda: training on the GPU is not available in this build yet (the CUDA routing "
+        "kernels exist and `mhar-toy check` verifies them; the full GPU training step is "
+        "issue #4). Use --device cpu or auto.");
+  return "cpu";
+}
+
+std::string fmt_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const long t = std::lround(s);
+  if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t % 3600) / 60);
+  if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
+
+/// Mean validation loss over the same eval_batches windows at every evaluation.
+double validation_loss(const TrainOptions& o, const Params<float>& p, const Corpus& corpus) {
+  double total = 0;
+  for (int k = 0; k < o.eval_batches; ++k) {
+    const Batch b = random_batch(corpus.val, o.batch, o.cfg.T, o.seed, k, /*stream=*/1);
+    total += model_forward<float>(o.cfg, p, b.tokens, b.targets, o.batch, nullptr);
+  }
+  return total / o.eval_batches;
+}
+
+struct Metrics {
+  std::ofstream jsonl, csv;
+  void open(const fs::path& dir, long keep_through_step) {
+    // On resume, drop rows past the checkpoint's step: they are recomputed exactly.
+    for (const char* name : {"metrics.jsonl", "metrics.csv"}) {
+      const fs::path path = dir / name;
+      std::vector<std::string> keep;
+      std::ifstream in(path);
+      for (std::string line; std::getline(in, line);) {
+        if (line.empty()) continue;
+        long step = -1;
+        if (line.starts_with("{")) {
+          try {
+            step = nlohmann::json::parse(line).at("step").get<long>();
+          } catch (const std::exception&) {
+            continue;  // a torn last line
+          }
+        } else if (line.starts_with("step")) {
+          keep.push_back(line);
+          continue;
+        } else {
+          step = std::atol(line.c_str());
+        }
+        if (step <= keep_through_step) keep.push_back(line);
+      }
+      std::string content;
+      for (const auto& l : keep) content += l + "\n";
+      if (std::string(name) == "metrics.csv" && keep.empty())
+        content = "step,train_loss,val_loss,lr,grad_norm,tokens_per_s,elapsed_s\n";
+      io::write_text_file_atomic(path.string(), content);
+    }
+    jsonl.open(dir / "metrics.jsonl", std::ios::app);
+    csv.open(dir / "metrics.csv", std::ios::app);
+    if (!jsonl || !csv) throw std::runtime_error("cannot append to the metrics in " + dir.string());
+  }
+  void write(long step, double loss, double val, double lr, double gnorm, double tps, double el) {
+    nlohmann::json j = {{"step", step}, {"train_loss", loss}, {"lr", lr}, {"grad_norm", gnorm},
+                        {"tokens_per_s", tps}, {"elapsed_s", el}};
+    if (!std::isnan(val)) j["val_loss"] = val;
+    jsonl << j.dump() << "\n" << std::flush;
+    csv << fmt::format("{},{:.6f},{},{:.6g},{:.6g},{:.1f},{:.2f}\n", step, loss,
+                       std::isnan(val) ? std::string() : fmt::format("{:.6f}", val), lr, gnorm,
+                       tps, el)
+        << std::flush;
+    if (!jsonl || !csv) throw std::runtime_error("writing the metrics failed (disk full?)");
+  }
+};
+
+void save_state(const fs::path& dir, const TrainOptions& o, const Params<float>& p,
+                const Params<float>& m, const Params<float>& v, long step) {
+  // Optimiser first: a checkpoint never refers to moments that are not on disk yet.
+  save_optimizer((dir / "optimizer.safetensors").string(), m, v, step);
+  save_checkpoint((dir / "checkpoint.safetensors").string(), o.cfg, p, step,
+                  {{"seed", std::to_string(o.seed)}});
+}
+
+void heatmaps(const fs::path& dir, const TrainOptions& o, const Params<float>& p,
+              const Corpus& corpus, long step) {
+  if (!o.cfg.routed()) return;
+  const Batch b = random_batch(corpus.val, o.batch, o.cfg.T, o.seed, 0, /*stream=*/2);
+  const RoutingMap map = routing_map(o.cfg, p, b, o.batch);
+  write_routing_map((dir / "heatmaps" / fmt::format("step_{:06}", step)).string(), map,
+                    fmt::format("{} H={}, step {}", mode_name(o.cfg.mode), o.cfg.route_heads(), step));
+}
+
+int run_loop(const TrainOptions& o, const fs::path& dir, Params<float>& p, Params<float>& m,
+             Params<float>& v, long start_step) {
+  const std::string device = pick_device(o.device);
+  const Corpus corpus = load_corpus(o.data, o.val_fraction, o.cfg.T);
+#ifdef _OPENMP
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+#endif
+  Metrics metrics;
+  metrics.open(dir, start_step);
+  const bool tty = isatty(STDERR_FILENO) && !o.quiet;
+  if (!o.quiet)
+    fmt::print(stderr,
+               "mhar-toy train: {} (H={}), d={} L={} heads={}/{} ffn={} T={}, {} parameters; "
+               "{} steps of {} × {} bytes on the {}; data {} ({} train / {} val bytes) → {}\n",
+               mode_name(o.cfg.mode), o.cfg.route_heads(), o.cfg.d, o.cfg.L, o.cfg.n_head,
+               o.cfg.n_kv_head, o.cfg.ffn, o.cfg.T, count_params(p), o.steps, o.batch, o.cfg.T,
+               device, o.data, corpus.train.size(), corpus.val.size(), dir.string());
+
+  g_interrupted = false;
+  auto old_handler = std::signal(SIGINT, on_sigint);
+  const auto t0 = std::chrono::steady_clock::now();
+  double last_val = std::nan("");
+  long step = start_step;
+  int code = kOk;
+  Params<float> grads;
+  Cache<float> cache;
+  std::vector<std::string> names;
+  p.for_each([&](const std::string& n, const Mat<float>&, bool) { names.push_back(n); });
+
+  if (start_step == 0 && o.heatmap_every > 0) heatmaps(dir, o, p, corpus, 0);
+  while (step < o.steps) {
+    const long s = step + 1;
+    const auto ts = std::chrono::steady_clock::now();
+    const Batch b = random_batch(corpus.train, o.batch, o.cfg.T, o.seed, s);
+    const float loss = model_forward<float>(o.cfg, p, b.tokens, b.targets, o.batch, &cache);
+    if (!std::isfinite(loss))
+      throw DivergedError(fmt::format(
+          "the training loss became {} at step {}; stopping. The last good checkpoint (step {}) "
+          "is kept in {}. Try a smaller --lr or a tighter --clip.",
+          loss, s, (step / o.ckpt_every) * o.ckpt_every, dir.string()));
+    model_backward(grads, o.cfg, p, cache);
+    std::vector<Mat<float>*> gl;
+    grads.for_each([&](const std::string&, Mat<float>& g, bool) { gl.push_back(&g); });
+    const double gnorm = clip_grad_norm<float>(gl, o.clip);
+    if (!std::isfinite(gnorm))
+      throw DivergedError(fmt::format("the gradient norm became {} at step {}; stopping (last good "
+                                      "checkpoint kept in {}).", gnorm, s, dir.string()));
+    const double lr = learning_rate(o, s);
+    {
+      std::vector<Mat<float>*> pm, mm, vm;
+      std::vector<bool> decay;
+      p.for_each([&](const std::string&, Mat<float>& t, bool dc) { pm.push_back(&t); decay.push_back(dc); });
+      m.for_each([&](const std::string&, Mat<float>& t, bool) { mm.push_back(&t); });
+      v.for_each([&](const std::string&, Mat<float>& t, bool) { vm.push_back(&t); });
+      AdamWHyper hy;
+      hy.weight_decay = o.weight_decay;
+      for (std::size_t k = 0; k < pm.size(); ++k)
+        adamw_step(*pm[k], *mm[k], *vm[k], *gl[k], s, lr, hy, decay[k]);
+    }
+    step = s;
+    const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double tps = o.batch * o.cfg.T / step_s;
+    double val = std::nan("");
+    if (s % o.eval_every == 0 || s == o.steps) last_val = val = validation_loss(o, p, corpus);
+    metrics.write(s, loss, val, lr, gnorm, tps, elapsed);
+    const double eta = elapsed / static_cast<double>(s - start_step) * static_cast<double>(o.steps - s);
+    if (tty) {
+      const int width = 24, filled = static_cast<int>(width * s / o.steps);
+      fmt::print(stderr, "\r[{}{}] step {}/{}  loss {:.4f}  val {}  {:.0f} tok/s  ETA {}   ",
+                 std::string(filled, '#'), std::string(width - filled, '.'), s, o.steps, loss,
+                 std::isnan(last_val) ? std::string("-") : fmt::format("{:.4f}", last_val), tps,
+                 fmt_duration(eta));
+      if (s == o.steps) fmt::print(stderr, "\n");
+    } else if (!o.quiet && (s % o.log_every == 0 || s == o.steps || !std::isnan(val))) {
+      fmt::print(stderr, "step {:>6}/{}  loss {:.4f}{}  lr {:.2e}  {:.0f} tok/s  ETA {}\n", s,
+                 o.steps, loss, std::isnan(val) ? std::string() : fmt::format("  val {:.4f}", val),
+                 lr, tps, fmt_duration(eta));
+    }
+    if (o.heatmap_every > 0 && s % o.heatmap_every == 0) heatmaps(dir, o, p, corpus, s);
+    if (s % o.ckpt_every == 0 || s == o.steps) save_state(dir, o, p, m, v, s);
+    if (g_interrupted) {
+      if (s % o.ckpt_every != 0 && s != o.steps) save_state(dir, o, p, m, v, s);
+      fmt::print(stderr, "\ninterrupted: checkpoint of step {} saved in {}; continue with "
+                         "`mhar-toy train --resume {}`\n", s, dir.string(), dir.string());
+      code = kInterrupted;
+      break;
+    }
+  }
+  std::signal(SIGINT, old_handler);
+  if (code == kOk) {
+    if (o.heatmap_every == 0 || o.steps % o.heatmap_every != 0) heatmaps(dir, o, p, corpus, o.steps);
+    if (!o.quiet)
+      fmt::print(stderr, "done: {} steps, final train loss {:.4f}, val loss {:.4f}; run in {}\n",
+                 o.steps, cache.loss, last_val, dir.string());
+  }
+  return code;
+}
+
+void check_writable_dir(const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw UsageError("cannot create the output directory '" + dir.string() + "': " + ec.message());
+  const fs::path probe = dir / ".mhar-write-test";
+  std::ofstream f(probe);
+  if (!f) throw UsageError("the output directory '" + dir.string() + "' is not writable");
+  f.close();
+  fs::remove(probe, ec);
+}
+
+}  // namespace
+
+int train(const TrainOptions& o) {
+  validate(o);
+  const fs::path dir(o.out);
+  if (fs::exists(dir / "checkpoint.safetensors") || fs::exists(dir / "config.json"))
+    throw UsageError("'" + o.out + "' already holds a run; continue it with --resume " + o.out +
+                     " or choose another --out (nothing is overwritten)");
+  pick_device(o.device);
+  load_corpus(o.data, o.val_fraction, o.cfg.T);  // fail before creating anything
+  check_writable_dir(dir);
+  io::write_text_file_atomic((dir / "config.json").string(), train_options_to_json(o).dump(2) + "\n");
+  Rng rng(o.seed);
+  Params<float> p = init_params<float>(o.cfg, rng);
+  Params<float> m = zero_params<float>(o.cfg), v = zero_params<float>(o.cfg);
+  return run_loop(o, dir, p, m, v, 0);
+}
+
+int resume(const std::string& dir_s, int steps, bool quiet) {
+  const fs::path dir(dir_s);
+  const fs::path cfg_path = dir / "config.json";
+  std::ifstream in(cfg_path);
+  if (!in) throw UsageError("--resume " + dir_s + ": no config.json there (not a run directory)");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw UsageError(cfg_path.string() + ": not valid JSON: " + e.what());
+  }
+  TrainOptions o = train_options_from_json(j, cfg_path.string());
+  o.out = dir_s;
+  o.quiet = quiet;
+  if (steps > 0) {
+    o.steps = steps;  // a longer run: the cosine schedule is stretched from here on
+    io::write_text_file_atomic(cfg_path.string(), train_options_to_json(o).dump(2) + "\n");
+  }
+  validate(o);
+  Checkpoint ck = load_checkpoint((dir / "checkpoint.safetensors").string());
+  if (config_to_json(ck.cfg) != config_to_json(o.cfg))
+    throw UsageError(dir_s + ": checkpoint.safetensors holds a different model than config.json");
+  Params<float> m = zero_params<float>(o.cfg), v = zero_params<float>(o.cfg);
+  const long ostep = load_optimizer((dir / "optimizer.safetensors").string(), m, v);
+  if (ostep != ck.step)
+    throw UsageError(fmt::format("{}: the optimizer state is from step {}, the checkpoint from "
+                                 "step {}", dir_s, ostep, ck.step));
+  if (ck.step >= o.steps) {
+    fmt::print(stderr, "{} already finished its {} steps (pass --steps N to train longer)\n",
+               dir_s, o.steps);
+    return kOk;
+  }
+  if (!quiet) fmt::print(stderr, "resuming {} from step {}\n", dir_s, ck.step);
+  return run_loop(o, dir, ck.params, m, v, ck.step);
+}
+
+}  // namespace mhar::toy
