@@ -32,7 +32,8 @@ void rmsnorm_backward(Mat<T>& dx, Eigen::Ref<RowVec<T>> dgain, const Mat<T>& dy,
   dgain += (dy.cwiseProduct(rinv.asDiagonal() * x)).colwise().sum();
   const Mat<T> dxhat = dy * gain.asDiagonal();
   // from (1): dx = r · dxhat − (r³ / d) · (Σ_c dxhat ⊙ x) · x
-  const Vec<T> coef = (rinv.array().cube() * dxhat.cwiseProduct(x).rowwise().sum().array() / d).matrix();
+  const Vec<T> coef =
+      (rinv.array().cube() * dxhat.cwiseProduct(x).rowwise().sum().array() / d).matrix();
   dx = rinv.asDiagonal() * dxhat - coef.asDiagonal() * x;
 }
 
@@ -49,7 +50,7 @@ template <typename T>
 void linear_backward(Mat<T>& dx, Mat<T>& dW, const Mat<T>& dy, const Mat<T>& x, const Mat<T>& W) {
   require_shape(dy, x.rows(), W.cols(), "linear_backward", "dy");
   require_shape(dW, W.rows(), W.cols(), "linear_backward", "dW");
-  dx.noalias() = dy * W.transpose();  // dx = dy · Wᵀ
+  dx.noalias() = dy * W.transpose();   // dx = dy · Wᵀ
   dW.noalias() += x.transpose() * dy;  // dW += xᵀ · dy
 }
 
@@ -65,8 +66,8 @@ void rope_rotate(Mat<T>& y, const Mat<T>& x, int T_len, int n_heads, double sign
           " heads");
   const int hd = static_cast<int>(x.cols()) / n_heads;
   require(hd % 2 == 0, "rope", "head width ", hd, " must be even (rotate-half pairs i, i + hd/2)");
-  require(x.rows() % T_len == 0, "rope", x.rows(), " rows are not a whole number of sequences of T = ",
-          T_len);
+  require(x.rows() % T_len == 0, "rope", x.rows(),
+          " rows are not a whole number of sequences of T = ", T_len);
   const int half = hd / 2;
   y.resize(x.rows(), x.cols());
   for (Eigen::Index p = 0; p < x.rows(); ++p) {
@@ -105,14 +106,14 @@ namespace {
 void check_attention(Eigen::Index qrows, Eigen::Index qcols, Eigen::Index kcols, Eigen::Index vcols,
                      Eigen::Index krows, int B, int T_len, int n_head, int n_kv_head) {
   require(B >= 1 && T_len >= 1, "attention", "B and T must be positive");
-  require(n_head >= 1 && n_kv_head >= 1 && n_head % n_kv_head == 0, "attention", "n_head = ",
-          n_head, " must be a positive multiple of n_kv_head = ", n_kv_head);
+  require(n_head >= 1 && n_kv_head >= 1 && n_head % n_kv_head == 0, "attention",
+          "n_head = ", n_head, " must be a positive multiple of n_kv_head = ", n_kv_head);
   require(qrows == static_cast<Eigen::Index>(B) * T_len && krows == qrows, "attention",
           "q, k, v need B·T = ", B * T_len, " rows");
   require(qcols % n_head == 0, "attention", "q width ", qcols, " is not a multiple of n_head");
   const Eigen::Index hd = qcols / n_head;
-  require(kcols == n_kv_head * hd && vcols == kcols, "attention", "k and v must be n_kv_head·hd = ",
-          n_kv_head * hd, " wide");
+  require(kcols == n_kv_head * hd && vcols == kcols, "attention",
+          "k and v must be n_kv_head·hd = ", n_kv_head * hd, " wide");
 }
 
 }  // namespace

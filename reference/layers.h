@@ -56,9 +56,9 @@ void rope_backward(Mat<T>& dx, const Mat<T>& dy, int T_len, int n_heads);
 // ---- Causal grouped-query self-attention (after projections and RoPE) -----------------------
 
 /**
- * out[b,t,h] = Σ_{s≤t} softmax_s( q[b,t,h] · k[b,s,h/G] / √hd ) · v[b,s,h/G],  G = n_head / n_kv_head.
- * out: P × (n_head·hd) (=); probs: B·n_head matrices T × T (=, saved, zero above the diagonal);
- * q: P × (n_head·hd); k, v: P × (n_kv_head·hd).
+ * out[b,t,h] = Σ_{s≤t} softmax_s( q[b,t,h] · k[b,s,h/G] / √hd ) · v[b,s,h/G],  G = n_head /
+ * n_kv_head. out: P × (n_head·hd) (=); probs: B·n_head matrices T × T (=, saved, zero above the
+ * diagonal); q: P × (n_head·hd); k, v: P × (n_kv_head·hd).
  */
 template <typename T>
 void attention_forward(Mat<T>& out, std::vector<Mat<T>>& probs, const Mat<T>& q, const Mat<T>& k,

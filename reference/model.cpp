@@ -25,11 +25,16 @@ namespace mhar {
 
 std::string mode_name(Mode m) {
   switch (m) {
-    case Mode::Residual: return "residual";
-    case Mode::AttnRes: return "attnres";
-    case Mode::Mhar: return "mhar";
-    case Mode::Block: return "block";
-    case Mode::Delta: return "delta";
+    case Mode::Residual:
+      return "residual";
+    case Mode::AttnRes:
+      return "attnres";
+    case Mode::Mhar:
+      return "mhar";
+    case Mode::Block:
+      return "block";
+    case Mode::Delta:
+      return "delta";
   }
   return "?";
 }
@@ -61,13 +66,18 @@ int Config::route_heads() const {
 
 int Config::n_sites() const {
   switch (mode) {
-    case Mode::Residual: return 0;
-    case Mode::Delta: return 2 * L;
-    default: return 2 * L + 1;
+    case Mode::Residual:
+      return 0;
+    case Mode::Delta:
+      return 2 * L;
+    default:
+      return 2 * L + 1;
   }
 }
 
-int Config::layers_per_block() const { return (L + n_blocks - 1) / n_blocks; }
+int Config::layers_per_block() const {
+  return (L + n_blocks - 1) / n_blocks;
+}
 
 void Config::validate() const {
   const char* w = "config";
@@ -78,8 +88,8 @@ void Config::validate() const {
   require(ffn >= 1, w, "ffn must be positive, got ", ffn);
   require(n_head >= 1 && n_kv_head >= 1, w, "n_head and n_kv_head must be positive, got ", n_head,
           " and ", n_kv_head);
-  require(n_head % n_kv_head == 0, w, "n_head = ", n_head, " must be a multiple of n_kv_head = ",
-          n_kv_head);
+  require(n_head % n_kv_head == 0, w, "n_head = ", n_head,
+          " must be a multiple of n_kv_head = ", n_kv_head);
   require(d % n_head == 0, w, "n_head = ", n_head, " must divide d = ", d);
   require(head_dim() % 2 == 0, w, "head width d / n_head = ", head_dim(),
           " must be even (RoPE rotates column pairs)");
@@ -133,7 +143,7 @@ Params<T> init_params(const Config& cfg, Rng& rng) {
       m = rng.normal_matrix<T>(m.rows(), m.cols(), 0.0, 0.02);  // matrices: N(0, 0.02²)
     } else if (name.ends_with("norm") || name == "route.g") {
       m.setOnes();  // gains: one
-    }  // route.q, delta.null, delta.gate: zero
+    }               // route.q, delta.null, delta.gate: zero
   });
   return p;
 }
@@ -185,7 +195,7 @@ constexpr int kNull = -1;
  * Site 2L is the final read.
  */
 struct SourceGroup {
-  std::string name;       ///< "emb", "attn0", "mlp0", "block1", "partial", "null"
+  std::string name;        ///< "emb", "attn0", "mlp0", "block1", "partial", "null"
   std::vector<int> prims;  ///< the primitives this source sums
 };
 
@@ -229,8 +239,10 @@ std::vector<Mat<T>> gather_sources(const std::vector<SourceGroup>& groups,
   for (const auto& g : groups) {
     Mat<T> m = Mat<T>::Zero(P, prims[0].cols());
     for (int k : g.prims) {
-      if (k == kNull) m.rowwise() += RowVec<T>(p.delta_null.row(0));  // ν broadcast over positions
-      else m += prims[k];
+      if (k == kNull)
+        m.rowwise() += RowVec<T>(p.delta_null.row(0));  // ν broadcast over positions
+      else
+        m += prims[k];
     }
     s.push_back(std::move(m));
   }
@@ -244,12 +256,16 @@ void scatter_source_grads(std::vector<Mat<T>>& dprims, Params<T>& grads,
                           const std::vector<Mat<T>>& dsources) {
   for (std::size_t i = 0; i < groups.size(); ++i)
     for (int k : groups[i].prims) {
-      if (k == kNull) grads.delta_null += dsources[i].colwise().sum();
-      else dprims[k] += dsources[i];
+      if (k == kNull)
+        grads.delta_null += dsources[i].colwise().sum();
+      else
+        dprims[k] += dsources[i];
     }
 }
 
-bool stream_mode(Mode m) { return m == Mode::Residual || m == Mode::Delta; }
+bool stream_mode(Mode m) {
+  return m == Mode::Residual || m == Mode::Delta;
+}
 
 template <typename T>
 void check_tokens(const Config& cfg, const std::vector<int>& tokens, int B, const char* what) {
@@ -302,9 +318,15 @@ void forward_hidden(const Config& cfg, const Params<T>& p, const std::vector<int
     const LayerParams<T>& y = p.layers[l];
     // (1) input_j
     switch (cfg.mode) {
-      case Mode::Residual: c.inputs[j] = h; break;
-      case Mode::Delta: c.inputs[j] = h + p.delta_gate(0, j) * route_site(j); break;
-      default: c.inputs[j] = route_site(j); break;
+      case Mode::Residual:
+        c.inputs[j] = h;
+        break;
+      case Mode::Delta:
+        c.inputs[j] = h + p.delta_gate(0, j) * route_site(j);
+        break;
+      default:
+        c.inputs[j] = route_site(j);
+        break;
     }
     // (2) normed_j = RMSNorm_j(input_j)
     rmsnorm_forward<T>(c.normed[j], c.norm_rinv[j], c.inputs[j],
@@ -374,7 +396,8 @@ void model_backward(Params<T>& grads, const Config& cfg, const Params<T>& p, con
   // from (6): dlogits = (softmax − onehot) / P
   Mat<T> dlogits;
   cross_entropy_backward(dlogits, c.probs_out, c.targets);
-  // from (5): logits = final_normed · Eᵀ → dE += dlogitsᵀ · final_normed; dfinal_normed = dlogits · E
+  // from (5): logits = final_normed · Eᵀ → dE += dlogitsᵀ · final_normed; dfinal_normed = dlogits ·
+  // E
   grads.embed.noalias() += dlogits.transpose() * c.final_normed;
   const Mat<T> dfinal_normed = dlogits * p.embed;
   Mat<T> dfinal;
@@ -401,8 +424,10 @@ void model_backward(Params<T>& grads, const Config& cfg, const Params<T>& p, con
   };
 
   // from (4): the final read
-  if (stream_mode(cfg.mode)) dh = dfinal;
-  else route_site_backward(n_sub, dfinal);
+  if (stream_mode(cfg.mode))
+    dh = dfinal;
+  else
+    route_site_backward(n_sub, dfinal);
 
   for (int j = n_sub - 1; j >= 0; --j) {
     const int l = j / 2;
@@ -433,18 +458,24 @@ void model_backward(Params<T>& grads, const Config& cfg, const Params<T>& p, con
     // from (2): RMSNorm_j
     Mat<T> dinput;
     rmsnorm_backward<T>(dinput, (j % 2 == 0 ? gy.attn_norm : gy.mlp_norm).row(0), dnormed,
-                        c.norm_rinv[j], c.inputs[j], (j % 2 == 0 ? y.attn_norm : y.mlp_norm).row(0));
+                        c.norm_rinv[j], c.inputs[j],
+                        (j % 2 == 0 ? y.attn_norm : y.mlp_norm).row(0));
     // from (1): input_j
     switch (cfg.mode) {
-      case Mode::Residual: dh += dinput; break;  // input_j = h_j
+      case Mode::Residual:
+        dh += dinput;
+        break;  // input_j = h_j
       case Mode::Delta: {
-        // input_j = h_j + a_j · route_j:  dh += dinput;  da_j += ⟨dinput, route_j⟩;  droute = a_j · dinput
+        // input_j = h_j + a_j · route_j:  dh += dinput;  da_j += ⟨dinput, route_j⟩;  droute = a_j ·
+        // dinput
         dh += dinput;
         grads.delta_gate(0, j) += dinput.cwiseProduct(c.site_out[j]).sum();
         route_site_backward(j, p.delta_gate(0, j) * dinput);
         break;
       }
-      default: route_site_backward(j, dinput); break;
+      default:
+        route_site_backward(j, dinput);
+        break;
     }
   }
   // E was read as primitive 0 and as h_0
@@ -463,8 +494,8 @@ std::vector<std::string> site_names(const Config& cfg) {
 }
 
 std::vector<std::string> site_source_names(const Config& cfg, int site) {
-  require(site >= 0 && site < cfg.n_sites(), "site_source_names", "site ", site,
-          " outside [0, ", cfg.n_sites(), ")");
+  require(site >= 0 && site < cfg.n_sites(), "site_source_names", "site ", site, " outside [0, ",
+          cfg.n_sites(), ")");
   std::vector<std::string> names;
   for (const auto& g : site_groups(cfg, site)) names.push_back(g.name);
   return names;
@@ -473,8 +504,8 @@ std::vector<std::string> site_source_names(const Config& cfg, int site) {
 template <typename T>
 Params<T> convert_residual_to_delta(Config& delta_cfg, const Config& residual_cfg,
                                     const Params<T>& residual, int H, int n_blocks) {
-  require(residual_cfg.mode == Mode::Residual, "convert", "the source model must be 'residual', got '",
-          mode_name(residual_cfg.mode), "'");
+  require(residual_cfg.mode == Mode::Residual, "convert",
+          "the source model must be 'residual', got '", mode_name(residual_cfg.mode), "'");
   delta_cfg = residual_cfg;
   delta_cfg.mode = Mode::Delta;
   delta_cfg.H = H;
@@ -488,15 +519,15 @@ Params<T> convert_residual_to_delta(Config& delta_cfg, const Config& residual_cf
   return p;
 }
 
-#define MHAR_INSTANTIATE(T)                                                                       \
-  template Params<T> zero_params<T>(const Config&);                                               \
-  template Params<T> init_params<T>(const Config&, Rng&);                                         \
-  template long count_params<T>(const Params<T>&);                                                \
-  template T model_forward<T>(const Config&, const Params<T>&, const std::vector<int>&,           \
-                              const std::vector<int>&, int, Cache<T>*);                           \
-  template Mat<T> model_logits<T>(const Config&, const Params<T>&, const std::vector<int>&, int,  \
-                                  Cache<T>*);                                                     \
-  template void model_backward<T>(Params<T>&, const Config&, const Params<T>&, const Cache<T>&);  \
+#define MHAR_INSTANTIATE(T)                                                                      \
+  template Params<T> zero_params<T>(const Config&);                                              \
+  template Params<T> init_params<T>(const Config&, Rng&);                                        \
+  template long count_params<T>(const Params<T>&);                                               \
+  template T model_forward<T>(const Config&, const Params<T>&, const std::vector<int>&,          \
+                              const std::vector<int>&, int, Cache<T>*);                          \
+  template Mat<T> model_logits<T>(const Config&, const Params<T>&, const std::vector<int>&, int, \
+                                  Cache<T>*);                                                    \
+  template void model_backward<T>(Params<T>&, const Config&, const Params<T>&, const Cache<T>&); \
   template Params<T> convert_residual_to_delta<T>(Config&, const Config&, const Params<T>&, int, \
                                                   int);
 MHAR_INSTANTIATE(float)

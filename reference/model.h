@@ -42,8 +42,8 @@ struct Config {
   int ffn = 352;      ///< SwiGLU hidden width
   int T = 128;        ///< tokens per sequence
   Mode mode = Mode::Mhar;
-  int H = 0;          ///< routing heads; 0 = default (n_kv_head; attnres always uses 1)
-  int n_blocks = 2;   ///< blocks for `block` and `delta`
+  int H = 0;         ///< routing heads; 0 = default (n_kv_head; attnres always uses 1)
+  int n_blocks = 2;  ///< blocks for `block` and `delta`
 
   /// Throws ShapeError with a message naming the field and what is allowed.
   void validate() const;
@@ -75,7 +75,7 @@ struct LayerParams {
 /// "delta.gate".
 template <typename T>
 struct Params {
-  Mat<T> embed;       ///< vocab × d, tied with the LM head
+  Mat<T> embed;  ///< vocab × d, tied with the LM head
   std::vector<LayerParams<T>> layers;
   Mat<T> final_norm;  ///< 1 × d
   Mat<T> route_q;     ///< n_sites × d pseudo-queries (routed modes; init 0)
@@ -110,20 +110,20 @@ template <typename T>
 struct Cache {
   int B = 0;
   std::vector<int> tokens, targets;
-  std::vector<Mat<T>> prims;            ///< [E, out_0 … out_{2L−1}]: 2L + 1 of P × d
-  std::vector<Mat<T>> inputs;           ///< input_j, 2L of P × d
-  std::vector<Vec<T>> norm_rinv;        ///< RMSNorm_j's 1/RMS
-  std::vector<Mat<T>> normed;           ///< RMSNorm_j(input_j)
-  std::vector<Mat<T>> q, k, v, attn;    ///< per layer: after RoPE, and attention output (pre-W_o)
-  std::vector<std::vector<Mat<T>>> probs;  ///< per layer: attention probabilities
-  std::vector<MlpSaved<T>> mlp;         ///< per layer
+  std::vector<Mat<T>> prims;          ///< [E, out_0 … out_{2L−1}]: 2L + 1 of P × d
+  std::vector<Mat<T>> inputs;         ///< input_j, 2L of P × d
+  std::vector<Vec<T>> norm_rinv;      ///< RMSNorm_j's 1/RMS
+  std::vector<Mat<T>> normed;         ///< RMSNorm_j(input_j)
+  std::vector<Mat<T>> q, k, v, attn;  ///< per layer: after RoPE, and attention output (pre-W_o)
+  std::vector<std::vector<Mat<T>>> probs;         ///< per layer: attention probabilities
+  std::vector<MlpSaved<T>> mlp;                   ///< per layer
   std::vector<std::vector<Mat<T>>> site_sources;  ///< block, delta: the sources each site read
-  std::vector<Mat<T>> site_out;         ///< routed modes: each site's routing output
-  std::vector<RoutingSaved<T>> route;   ///< routed modes: α and r per site
-  Mat<T> final_in;                      ///< input of the final norm
+  std::vector<Mat<T>> site_out;                   ///< routed modes: each site's routing output
+  std::vector<RoutingSaved<T>> route;             ///< routed modes: α and r per site
+  Mat<T> final_in;                                ///< input of the final norm
   Vec<T> final_rinv;
   Mat<T> final_normed;
-  Mat<T> probs_out;                     ///< softmax of the logits, P × vocab
+  Mat<T> probs_out;  ///< softmax of the logits, P × vocab
   T loss = 0;
 };
 
@@ -190,8 +190,9 @@ void Params<T>::for_each(F&& f) {
 template <typename T>
 template <typename F>
 void Params<T>::for_each(F&& f) const {
-  const_cast<Params<T>*>(this)->for_each(
-      [&](const std::string& name, Mat<T>& m, bool decay) { f(name, static_cast<const Mat<T>&>(m), decay); });
+  const_cast<Params<T>*>(this)->for_each([&](const std::string& name, Mat<T>& m, bool decay) {
+    f(name, static_cast<const Mat<T>&>(m), decay);
+  });
 }
 
 }  // namespace mhar

@@ -24,8 +24,8 @@ void adamw_step(Mat<T>& param, Mat<T>& m, Mat<T>& v, const Mat<T>& grad, long st
   // θ ← θ − lr · m̂ / (sqrt(v̂) + eps)
   const T c1 = static_cast<T>(1.0 - std::pow(hyper.beta1, static_cast<double>(step)));
   const T c2 = static_cast<T>(1.0 - std::pow(hyper.beta2, static_cast<double>(step)));
-  param.array() -= static_cast<T>(lr) * (m.array() / c1) /
-                   ((v.array() / c2).sqrt() + static_cast<T>(hyper.eps));
+  param.array() -=
+      static_cast<T>(lr) * (m.array() / c1) / ((v.array() / c2).sqrt() + static_cast<T>(hyper.eps));
 }
 
 template <typename T>

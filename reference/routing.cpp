@@ -104,7 +104,8 @@ void routing_backward(std::span<Mat<T>> dsources, Eigen::Ref<RowVec<T>> dq,
 
   // D[h] = Σ_{c∈h} dout ⊙ out   (= Σ_j α_j[h] · a_j[h]): P × H
   Mat<T> D(P, H);
-  for (int h = 0; h < H; ++h) D.col(h) = cols(dout, h, K).cwiseProduct(cols(out, h, K)).rowwise().sum();
+  for (int h = 0; h < H; ++h)
+    D.col(h) = cols(dout, h, K).cwiseProduct(cols(out, h, K)).rowwise().sum();
 
   for (std::size_t i = 0; i < N; ++i) {
     const Mat<T>& S = sources[i];
@@ -136,13 +137,13 @@ void routing_backward(std::span<Mat<T>> dsources, Eigen::Ref<RowVec<T>> dq,
   }
 }
 
-#define MHAR_INSTANTIATE(T)                                                                     \
-  template void routing_forward<T>(Mat<T>&, RoutingSaved<T>&, std::span<const Mat<T>>,         \
-                                   const Eigen::Ref<const RowVec<T>>&,                          \
-                                   const Eigen::Ref<const RowVec<T>>&, int);                    \
-  template void routing_backward<T>(                                                            \
-      std::span<Mat<T>>, Eigen::Ref<RowVec<T>>, Eigen::Ref<RowVec<T>>, const Mat<T>&,           \
-      const Mat<T>&, const RoutingSaved<T>&, std::span<const Mat<T>>,                           \
+#define MHAR_INSTANTIATE(T)                                                            \
+  template void routing_forward<T>(Mat<T>&, RoutingSaved<T>&, std::span<const Mat<T>>, \
+                                   const Eigen::Ref<const RowVec<T>>&,                 \
+                                   const Eigen::Ref<const RowVec<T>>&, int);           \
+  template void routing_backward<T>(                                                   \
+      std::span<Mat<T>>, Eigen::Ref<RowVec<T>>, Eigen::Ref<RowVec<T>>, const Mat<T>&,  \
+      const Mat<T>&, const RoutingSaved<T>&, std::span<const Mat<T>>,                  \
       const Eigen::Ref<const RowVec<T>>&, const Eigen::Ref<const RowVec<T>>&, int);
 MHAR_INSTANTIATE(float)
 MHAR_INSTANTIATE(double)

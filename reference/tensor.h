@@ -13,7 +13,6 @@
 #pragma once
 
 #include <Eigen/Dense>
-
 #include <cstdint>
 #include <random>
 #include <sstream>
@@ -61,8 +60,8 @@ void require(bool ok, const char* where, const Msg&... msg) {
 template <typename Derived>
 void require_shape(const Eigen::MatrixBase<Derived>& m, Eigen::Index rows, Eigen::Index cols,
                    const char* where, const char* name) {
-  require(m.rows() == rows && m.cols() == cols, where, name, " must be ", rows, "×", cols,
-          ", got ", m.rows(), "×", m.cols());
+  require(m.rows() == rows && m.cols() == cols, where, name, " must be ", rows, "×", cols, ", got ",
+          m.rows(), "×", m.cols());
 }
 
 /// Deterministic random numbers (Eigen's Random() uses std::rand; we never do).

@@ -8,7 +8,6 @@
 #pragma once
 
 #include <Eigen/Dense>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -28,8 +27,8 @@ inline constexpr double kFdStep = 1e-5;
 inline constexpr double kGradTol = 1e-6;
 
 struct GradReport {
-  bool pass = true;      ///< every element within kGradTol (relative) + the FD rounding noise
-  double worst = 0.0;    ///< worst relative error over the checked elements
+  bool pass = true;    ///< every element within kGradTol (relative) + the FD rounding noise
+  double worst = 0.0;  ///< worst relative error over the checked elements
   long worst_index = -1;
   double analytic = 0.0, numeric = 0.0;  ///< at the worst element
 };

@@ -10,9 +10,9 @@
 #include "layers.h"
 
 using namespace mhar;
+using Catch::Matchers::Contains;
 using mhar::test::check_gradient;
 using mhar::test::sample_indices;
-using Catch::Matchers::Contains;
 
 TEST_CASE("rmsnorm backward matches finite differences", "[rmsnorm][grad]") {
   const int P = GENERATE(1, 5), d = GENERATE(3, 12);
@@ -69,9 +69,10 @@ TEST_CASE("rope backward matches finite differences and preserves norms", "[rope
   // position 0 is not rotated
   CHECK((y.row(0) - x.row(0)).cwiseAbs().maxCoeff() < 1e-15);
   rope_backward(dx, W, T_len, heads);
-  CHECK(check_gradient("rope(T=" + std::to_string(T_len) + ",heads=" + std::to_string(heads) + ") dx",
-                       x, dx, loss, sample_indices(x))
-            .pass);
+  CHECK(
+      check_gradient("rope(T=" + std::to_string(T_len) + ",heads=" + std::to_string(heads) + ") dx",
+                     x, dx, loss, sample_indices(x))
+          .pass);
 }
 
 TEST_CASE("causal grouped-query attention backward matches finite differences",
@@ -79,8 +80,8 @@ TEST_CASE("causal grouped-query attention backward matches finite differences",
   struct Case {
     int B, T, nh, nkv, hd;
   };
-  const Case cs = GENERATE(Case{2, 3, 4, 2, 2}, Case{1, 1, 2, 1, 4}, Case{3, 5, 3, 3, 2},
-                           Case{1, 4, 4, 1, 3});
+  const Case cs =
+      GENERATE(Case{2, 3, 4, 2, 2}, Case{1, 1, 2, 1, 4}, Case{3, 5, 3, 3, 2}, Case{1, 4, 4, 1, 3});
   CAPTURE(cs.B, cs.T, cs.nh, cs.nkv, cs.hd);
   Rng rng(103 + cs.B + cs.T * 3 + cs.nh * 7);
   const int P = cs.B * cs.T;
@@ -178,7 +179,8 @@ TEST_CASE("building blocks reject bad shapes with clear messages", "[bad-input]"
   CHECK_THROWS_WITH(rmsnorm_forward<double>(y, r, x, g5), Contains("gain has 5 entries"));
   CHECK_THROWS_WITH(linear_forward(y, x, Mat<double>(5, 3)), Contains("does not match weight"));
   CHECK_THROWS_WITH(rope_forward(y, Mat<double>(4, 6), 4, 2), Contains("must be even"));
-  CHECK_THROWS_WITH(rope_forward(y, Mat<double>(5, 8), 4, 2), Contains("whole number of sequences"));
+  CHECK_THROWS_WITH(rope_forward(y, Mat<double>(5, 8), 4, 2),
+                    Contains("whole number of sequences"));
   std::vector<Mat<double>> probs;
   CHECK_THROWS_WITH(attention_forward(y, probs, Mat<double>(4, 6), Mat<double>(4, 4),
                                       Mat<double>(4, 4), 1, 4, 3, 2),
@@ -191,7 +193,8 @@ TEST_CASE("building blocks reject bad shapes with clear messages", "[bad-input]"
                     Contains("weights must be"));
   CHECK_THROWS_WITH(embedding_forward<double>(y, {1, 256}, Mat<double>::Zero(256, 4)),
                     Contains("token 256 at position 1 is outside the vocabulary"));
-  CHECK_THROWS_WITH(embedding_forward<double>(y, {}, Mat<double>::Zero(256, 4)), Contains("at least one"));
+  CHECK_THROWS_WITH(embedding_forward<double>(y, {}, Mat<double>::Zero(256, 4)),
+                    Contains("at least one"));
   CHECK_THROWS_WITH(cross_entropy_forward<double>(y, Mat<double>::Zero(2, 4), {1}),
                     Contains("2 rows but there are 1 targets"));
 }

@@ -9,9 +9,9 @@
 #include "model.h"
 
 using namespace mhar;
+using Catch::Matchers::Contains;
 using mhar::test::check_gradient;
 using mhar::test::sample_indices;
-using Catch::Matchers::Contains;
 
 namespace {
 
@@ -42,9 +42,12 @@ void random_batch(Rng& rng, const Config& c, int B, std::vector<int>& x, std::ve
 Params<double> perturbed(const Config& c, Rng& rng) {
   Params<double> p = init_params<double>(c, rng);
   p.for_each([&](const std::string& name, Mat<double>& m, bool decay) {
-    if (decay) m = rng.normal_matrix<double>(m.rows(), m.cols(), 0.0, 0.3);
-    else if (name == "route.q") m = rng.normal_matrix<double>(m.rows(), m.cols(), 0.0, 1.0);
-    else m = rng.normal_matrix<double>(m.rows(), m.cols(), 1.0, 0.3);  // gains, g, ν, gates
+    if (decay)
+      m = rng.normal_matrix<double>(m.rows(), m.cols(), 0.0, 0.3);
+    else if (name == "route.q")
+      m = rng.normal_matrix<double>(m.rows(), m.cols(), 0.0, 1.0);
+    else
+      m = rng.normal_matrix<double>(m.rows(), m.cols(), 1.0, 0.3);  // gains, g, ν, gates
   });
   return p;
 }
@@ -57,14 +60,12 @@ TEST_CASE("model loss gradient matches finite differences for every parameter", 
     Config cfg;
     int B;
   };
-  const Case cs = GENERATE(Case{"residual", tiny(Mode::Residual), 2},
-                           Case{"attnres", tiny(Mode::AttnRes), 2},
-                           Case{"mhar H=2", tiny(Mode::Mhar, 2), 2},
-                           Case{"mhar H=d", tiny(Mode::Mhar, 12), 1},
-                           Case{"mhar T=1", tiny(Mode::Mhar, 3, 1), 3},
-                           Case{"block", tiny(Mode::Block, 2, 3, 3, 2), 2},
-                           Case{"block H=1", tiny(Mode::Block, 1, 2, 2, 1), 1},
-                           Case{"delta", tiny(Mode::Delta, 4, 3, 3, 2), 2});
+  const Case cs = GENERATE(
+      Case{"residual", tiny(Mode::Residual), 2}, Case{"attnres", tiny(Mode::AttnRes), 2},
+      Case{"mhar H=2", tiny(Mode::Mhar, 2), 2}, Case{"mhar H=d", tiny(Mode::Mhar, 12), 1},
+      Case{"mhar T=1", tiny(Mode::Mhar, 3, 1), 3}, Case{"block", tiny(Mode::Block, 2, 3, 3, 2), 2},
+      Case{"block H=1", tiny(Mode::Block, 1, 2, 2, 1), 1},
+      Case{"delta", tiny(Mode::Delta, 4, 3, 3, 2), 2});
   CAPTURE(cs.name);
   Rng rng(300 + static_cast<int>(cs.cfg.mode) * 17 + cs.cfg.H);
   std::vector<int> x, y;
@@ -120,8 +121,7 @@ TEST_CASE("every routed mode starts as a uniform average over its sources", "[mo
   }
 }
 
-TEST_CASE("a delta model converted from a residual model gives the same logits",
-          "[model][delta]") {
+TEST_CASE("a delta model converted from a residual model gives the same logits", "[model][delta]") {
   const int H = GENERATE(1, 3), n_blocks = GENERATE(1, 2);
   CAPTURE(H, n_blocks);
   Rng rng(303);
@@ -161,7 +161,9 @@ TEST_CASE("routing sources and sites are named for heatmaps", "[model]") {
 
 TEST_CASE("bad configurations are rejected with clear messages", "[model][bad-input]") {
   Config c = tiny(Mode::Mhar, 5);
-  CHECK_THROWS_WITH(c.validate(), Contains("routing heads H = 5 must divide d = 12 (allowed: 1, 2, 3, 4, 6, 12)"));
+  CHECK_THROWS_WITH(
+      c.validate(),
+      Contains("routing heads H = 5 must divide d = 12 (allowed: 1, 2, 3, 4, 6, 12)"));
   c = tiny(Mode::Mhar);
   c.n_head = 3;
   c.n_kv_head = 2;
@@ -178,17 +180,23 @@ TEST_CASE("bad configurations are rejected with clear messages", "[model][bad-in
   c = tiny(Mode::Mhar);
   c.n_head = 4;  // hd = 3
   CHECK_THROWS_WITH(c.validate(), Contains("must be even"));
-  CHECK_THROWS_WITH(parse_mode("mha"), Contains("unknown residual mode 'mha' (allowed: residual, attnres, mhar, block, delta)"));
+  CHECK_THROWS_WITH(
+      parse_mode("mha"),
+      Contains("unknown residual mode 'mha' (allowed: residual, attnres, mhar, block, delta)"));
 
   c = tiny(Mode::Mhar, 2);
   Rng rng(304);
   const Params<double> p = init_params<double>(c, rng);
   std::vector<int> x(7, 1), y(6, 1);
-  CHECK_THROWS_WITH(model_forward<double>(c, p, x, y, 2, nullptr), Contains("targets has 6 entries, expected B·T = 6") || Contains("tokens has 7 entries"));
+  CHECK_THROWS_WITH(
+      model_forward<double>(c, p, x, y, 2, nullptr),
+      Contains("targets has 6 entries, expected B·T = 6") || Contains("tokens has 7 entries"));
   x.resize(6);
-  CHECK_THROWS_WITH(model_forward<double>(c, p, x, y, 0, nullptr), Contains("batch B must be positive"));
+  CHECK_THROWS_WITH(model_forward<double>(c, p, x, y, 0, nullptr),
+                    Contains("batch B must be positive"));
   Config other = tiny(Mode::Residual);
-  CHECK_THROWS_WITH(model_forward<double>(other, p, x, y, 2, nullptr), Contains("parameters do not match the config"));
+  CHECK_THROWS_WITH(model_forward<double>(other, p, x, y, 2, nullptr),
+                    Contains("parameters do not match the config"));
   Config dc;
   CHECK_THROWS_WITH(convert_residual_to_delta(dc, c, p, 2, 1), Contains("must be 'residual'"));
 }

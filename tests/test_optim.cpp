@@ -3,7 +3,6 @@
  * @brief AdamW against a hand-written scalar loop; global-norm clipping.
  */
 #include <catch2/catch.hpp>
-
 #include <cmath>
 
 #include "optim.h"

@@ -2,9 +2,8 @@
  * @file test_routing.cpp
  * @brief Depth routing reference: finite-difference gradients, DESIGN.md §1 properties, bad input.
  */
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 
 #include "gradcheck.h"
@@ -53,8 +52,8 @@ Mat<double> single_head_loops(const std::vector<Mat<double>>& S, const RowVec<do
 }  // namespace
 
 TEST_CASE("routing backward matches finite differences", "[routing][grad]") {
-  const Case cs = GENERATE(Case{5, 12, 3, 4}, Case{1, 8, 1, 1}, Case{3, 6, 4, 6},
-                           Case{7, 10, 5, 2}, Case{4, 16, 2, 1}, Case{2, 9, 3, 3});
+  const Case cs = GENERATE(Case{5, 12, 3, 4}, Case{1, 8, 1, 1}, Case{3, 6, 4, 6}, Case{7, 10, 5, 2},
+                           Case{4, 16, 2, 1}, Case{2, 9, 3, 3});
   CAPTURE(cs.P, cs.d, cs.N, cs.H);
   Rng rng(1000 + cs.P * 31 + cs.d * 7 + cs.N * 3 + cs.H);
   auto S = random_sources(rng, cs.N, cs.P, cs.d);
@@ -78,8 +77,8 @@ TEST_CASE("routing backward matches finite differences", "[routing][grad]") {
   const std::string tag = "routing(P=" + std::to_string(cs.P) + ",d=" + std::to_string(cs.d) +
                           ",N=" + std::to_string(cs.N) + ",H=" + std::to_string(cs.H) + ")";
   for (int i = 0; i < cs.N; ++i) {
-    const auto rep = check_gradient(tag + " dS" + std::to_string(i), S[i], dS[i], loss,
-                                    sample_indices(S[i]));
+    const auto rep =
+        check_gradient(tag + " dS" + std::to_string(i), S[i], dS[i], loss, sample_indices(S[i]));
     CHECK(rep.pass);
   }
   const Mat<double> dqm = dq, dgm = dg;
@@ -101,7 +100,8 @@ TEST_CASE("routing backward accumulates into dsources, dq, dg", "[routing]") {
   std::vector<Mat<double>> dS2(3, Mat<double>::Ones(4, 8));
   RowVec<double> dq2 = RowVec<double>::Ones(8), dg2 = RowVec<double>::Ones(8);
   routing_backward<double>(dS2, dq2, dg2, dout, out, saved, S, q, g, 2);
-  for (int i = 0; i < 3; ++i) CHECK((dS2[i].array() - 1.0 - dS1[i].array()).abs().maxCoeff() < 1e-12);
+  for (int i = 0; i < 3; ++i)
+    CHECK((dS2[i].array() - 1.0 - dS1[i].array()).abs().maxCoeff() < 1e-12);
   CHECK((dq2.array() - 1.0 - dq1.array()).abs().maxCoeff() < 1e-12);
   CHECK((dg2.array() - 1.0 - dg1.array()).abs().maxCoeff() < 1e-12);
 }
@@ -133,7 +133,8 @@ TEST_CASE("routing weights sum to one per position and head", "[routing][propert
   const int H = GENERATE(1, 3, 12);
   Rng rng(13 + H);
   auto S = random_sources(rng, 4, 5, 12);
-  const RowVec<double> q = rng.normal_matrix<double>(1, 12, 0, 3), g = rng.normal_matrix<double>(1, 12);
+  const RowVec<double> q = rng.normal_matrix<double>(1, 12, 0, 3),
+                       g = rng.normal_matrix<double>(1, 12);
   Mat<double> out;
   RoutingSaved<double> saved;
   routing_forward<double>(out, saved, S, q, g, H);
@@ -198,7 +199,8 @@ TEST_CASE("routing rejects bad shapes with a clear message", "[routing][bad-inpu
   CHECK_THROWS_WITH(routing_forward<double>(out, saved, bad, q, g, 1),
                     Contains("source 1 is 3×7 but source 0 is 3×8"));
   const RowVec<double> q7 = RowVec<double>::Zero(7);
-  CHECK_THROWS_WITH(routing_forward<double>(out, saved, S, q7, g, 1), Contains("q must have d = 8"));
+  CHECK_THROWS_WITH(routing_forward<double>(out, saved, S, q7, g, 1),
+                    Contains("q must have d = 8"));
   bad[1] = Mat<double>(0, 8);
   bad[0] = Mat<double>(0, 8);
   CHECK_THROWS_WITH(routing_forward<double>(out, saved, bad, q, g, 1), Contains("non-empty"));

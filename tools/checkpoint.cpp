@@ -14,9 +14,16 @@ namespace mhar::toy {
 namespace fs = std::filesystem;
 
 nlohmann::json config_to_json(const Config& c) {
-  return {{"vocab", c.vocab}, {"d", c.d},   {"L", c.L},       {"n_head", c.n_head},
-          {"n_kv_head", c.n_kv_head}, {"ffn", c.ffn}, {"T", c.T}, {"mode", mode_name(c.mode)},
-          {"H", c.route_heads()}, {"n_blocks", c.n_blocks}};
+  return {{"vocab", c.vocab},
+          {"d", c.d},
+          {"L", c.L},
+          {"n_head", c.n_head},
+          {"n_kv_head", c.n_kv_head},
+          {"ffn", c.ffn},
+          {"T", c.T},
+          {"mode", mode_name(c.mode)},
+          {"H", c.route_heads()},
+          {"n_blocks", c.n_blocks}};
 }
 
 Config config_from_json(const nlohmann::json& j, const std::string& where) {
@@ -55,7 +62,9 @@ io::Tensor to_tensor(const Mat<float>& m) {
 void fill(Mat<float>& m, const io::SafeTensors& st, const std::string& name,
           const std::string& path) {
   const io::Tensor* t = st.find(name);
-  if (!t) throw UsageError(path + ": tensor '" + name + "' is missing (checkpoint of another mode or size?)");
+  if (!t)
+    throw UsageError(path + ": tensor '" + name +
+                     "' is missing (checkpoint of another mode or size?)");
   const bool shape_ok = t->shape.size() == 2 && t->shape[0] == m.rows() && t->shape[1] == m.cols();
   if (!shape_ok) {
     std::string got;
@@ -127,9 +136,8 @@ Checkpoint load_checkpoint(const std::string& path_or_dir) {
     ++expected;
   });
   if (st.tensors.size() != expected)
-    throw UsageError(path + ": holds " + std::to_string(st.tensors.size()) +
-                     " tensors, a '" + mode_name(ck.cfg.mode) + "' model has " +
-                     std::to_string(expected));
+    throw UsageError(path + ": holds " + std::to_string(st.tensors.size()) + " tensors, a '" +
+                     mode_name(ck.cfg.mode) + "' model has " + std::to_string(expected));
   return ck;
 }
 

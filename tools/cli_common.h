@@ -15,9 +15,21 @@ namespace mhar::toy {
 /// Adds --mode, --heads, --d, --layers, --n-head, --n-kv-head, --ffn, --seq-len, --blocks.
 void add_model_flags(CLI::App& cmd, Config& cfg, std::string& mode);
 
-/// Each subcommand registers itself and sets `run` to the function that executes it
-/// (returning an exit code; errors.h).
+/// Each subcommand registers itself on `app` and returns the function that executes it once the
+/// command line is parsed (returning an exit code; errors.h).
 using Runner = std::function<int()>;
-void register_train(CLI::App& app, Runner& run);
+struct Subcommand {
+  CLI::App* cmd;
+  Runner run;
+};
+Subcommand register_train(CLI::App& app);
+Subcommand register_sample(CLI::App& app);
+Subcommand register_eval(CLI::App& app);
+Subcommand register_grad(CLI::App& app);
+Subcommand register_heatmap(CLI::App& app);
+Subcommand register_convert(CLI::App& app);
+Subcommand register_plot(CLI::App& app);
+Subcommand register_check(CLI::App& app);
+Subcommand register_bench(CLI::App& app);
 
 }  // namespace mhar::toy

@@ -12,7 +12,8 @@ namespace mhar::toy {
 
 void add_model_flags(CLI::App& cmd, Config& cfg, std::string& mode) {
   cmd.add_option("--mode", mode, "residual mode: residual | attnres | mhar | block | delta");
-  cmd.add_option("--heads,-H", cfg.H, "routing heads H (must divide d; 0 = n_kv_head; attnres uses 1)");
+  cmd.add_option("--heads,-H", cfg.H,
+                 "routing heads H (must divide d; 0 = n_kv_head; attnres uses 1)");
   cmd.add_option("--d", cfg.d, "model width d");
   cmd.add_option("--layers,-L", cfg.L, "transformer blocks L");
   cmd.add_option("--n-head", cfg.n_head, "attention query heads");
@@ -22,7 +23,7 @@ void add_model_flags(CLI::App& cmd, Config& cfg, std::string& mode) {
   cmd.add_option("--blocks", cfg.n_blocks, "blocks for the block and delta modes");
 }
 
-void register_train(CLI::App& app, Runner& run) {
+Subcommand register_train(CLI::App& app) {
   auto o = std::make_shared<TrainOptions>();
   auto mode = std::make_shared<std::string>("mhar");
   auto resume_dir = std::make_shared<std::string>();
@@ -33,12 +34,13 @@ void register_train(CLI::App& app, Runner& run) {
   cmd->add_option("--lr", o->lr, "peak learning rate (linear warmup, then cosine)");
   cmd->add_option("--min-lr-ratio", o->min_lr_ratio, "final learning rate as a fraction of --lr");
   cmd->add_option("--warmup", o->warmup, "warmup steps");
-  cmd->add_option("--weight-decay", o->weight_decay, "AdamW decoupled weight decay (matrices only)");
+  cmd->add_option("--weight-decay", o->weight_decay,
+                  "AdamW decoupled weight decay (matrices only)");
   cmd->add_option("--clip", o->clip, "global gradient-norm clipping (0 = off)");
   cmd->add_option("--seed", o->seed, "seed of the initialisation and the batches");
   cmd->add_option("--data", o->data, "training text (any file: bytes are tokens)");
-  auto* out = cmd->add_option("--out,-o", o->out,
-                              "run directory (default runs/<mode>-h<H>-seed<seed>, never overwritten)");
+  auto* out = cmd->add_option(
+      "--out,-o", o->out, "run directory (default runs/<mode>-h<H>-seed<seed>, never overwritten)");
   cmd->add_option("--device", o->device, "auto | cpu | cuda");
   cmd->add_option("--val-fraction", o->val_fraction, "held-out tail of the data for validation");
   cmd->add_option("--eval-every", o->eval_every, "validate every N steps");
@@ -52,22 +54,25 @@ void register_train(CLI::App& app, Runner& run) {
   cmd->add_option("--resume", *resume_dir,
                   "continue the run in DIR with its saved options (--steps N extends it)");
   auto* steps = cmd->get_option("--steps");
-  run = [o, mode, resume_dir, out, steps]() -> int {
-    if (!resume_dir->empty()) return resume(*resume_dir, steps->count() ? o->steps : 0, o->quiet);
-    try {
-      o->cfg.mode = parse_mode(*mode);
-    } catch (const ShapeError& e) {
-      throw UsageError(std::string("--mode: ") + e.what());
-    }
-    if (out->count() == 0) {
-      validate(*o);
-      const std::string base =
-          "runs/" + *mode + "-h" + std::to_string(o->cfg.route_heads()) + "-seed" + std::to_string(o->seed);
-      o->out = base;
-      for (int k = 2; std::filesystem::exists(o->out); ++k) o->out = base + "-" + std::to_string(k);
-    }
-    return train(*o);
-  };
+  return {cmd, [o, mode, resume_dir, out, steps]() -> int {
+            if (!resume_dir->empty())
+              return resume(*resume_dir, steps->count() ? o->steps : 0, o->quiet);
+            try {
+              o->cfg.mode = parse_mode(*mode);
+            } catch (const ShapeError& e) {
+              throw UsageError(std::string("--mode: ") + e.what());
+            }
+            if (out->count() == 0) {
+              validate(*o);
+              const std::string base = "runs/" + *mode + "-h" +
+                                       std::to_string(o->cfg.route_heads()) + "-seed" +
+                                       std::to_string(o->seed);
+              o->out = base;
+              for (int k = 2; std::filesystem::exists(o->out); ++k)
+                o->out = base + "-" + std::to_string(k);
+            }
+            return train(*o);
+          }};
 }
 
 }  // namespace mhar::toy

@@ -47,7 +47,8 @@ Batch random_batch(const std::vector<std::uint8_t>& data, int B, int T, std::uin
                     static_cast<std::uint32_t>(step), static_cast<std::uint32_t>(step >> 32),
                     static_cast<std::uint32_t>(stream)};
   std::mt19937_64 gen(seq);
-  std::uniform_int_distribution<std::size_t> start(0, data.size() - static_cast<std::size_t>(T) - 1);
+  std::uniform_int_distribution<std::size_t> start(0,
+                                                   data.size() - static_cast<std::size_t>(T) - 1);
   Batch b;
   b.tokens.reserve(static_cast<std::size_t>(B) * T);
   b.targets.reserve(static_cast<std::size_t>(B) * T);

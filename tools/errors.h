@@ -6,6 +6,7 @@
  *   1  a runtime failure (a file could not be written, a device error, …)
  *   2  a usage error: a bad flag, a missing or unusable input file, a checkpoint that does not fit
  *   3  training diverged (a NaN or infinite loss); the last good checkpoint is kept
+ *   4  unavailable here: the command needs a GPU (or a CUDA build) that this machine lacks
  *   130 interrupted (Ctrl-C); a checkpoint of the last finished step was written
  */
 #pragma once
@@ -15,7 +16,14 @@
 
 namespace mhar::toy {
 
-enum ExitCode : int { kOk = 0, kFailure = 1, kUsage = 2, kDiverged = 3, kInterrupted = 130 };
+enum ExitCode : int {
+  kOk = 0,
+  kFailure = 1,
+  kUsage = 2,
+  kDiverged = 3,
+  kUnavailable = 4,
+  kInterrupted = 130
+};
 
 /// The user asked for something that cannot be done as asked (exit 2).
 class UsageError : public std::runtime_error {

@@ -67,8 +67,8 @@ RoutingMap routing_map(const Config& cfg, const Params<float>& p, const Batch& b
     const auto& alpha = cache.route[s].alpha;  // N × (P × H)
     const auto P = alpha[0].rows();
     for (std::size_t i = 0; i < alpha.size(); ++i) {
-      const auto col = std::find(map.sources.begin(), map.sources.end(), per_site[s][i]) -
-                       map.sources.begin();
+      const auto col =
+          std::find(map.sources.begin(), map.sources.end(), per_site[s][i]) - map.sources.begin();
       for (int h = 0; h < map.H; ++h)
         map.alpha[h][s * C + col] = alpha[i].col(h).cast<double>().mean();
     }
@@ -112,7 +112,7 @@ void write_routing_map(const std::string& dir_s, const RoutingMap& map, const st
     hm.vmax = 1;
     panels.push_back(std::move(hm));
   }
-  const std::string sup = "mean routing weight α — " + title;
+  const std::string sup = "mean routing weight alpha: " + title;
   io::write_text_file_atomic((dir / "heatmap.svg").string(), io::heatmap_svg(panels, sup));
   io::write_heatmap_png((dir / "heatmap.png").string(), panels, sup);
 
@@ -121,7 +121,8 @@ void write_routing_map(const std::string& dir_s, const RoutingMap& map, const st
     for (std::size_t s = 0; s < S; ++s)
       for (std::size_t c = 0; c < C; ++c)
         if (!std::isnan(map.alpha[h][s * C + c]))
-          csv += fmt::format("{},{},{},{:.6f}\n", h, map.sites[s], map.sources[c], map.alpha[h][s * C + c]);
+          csv += fmt::format("{},{},{},{:.6f}\n", h, map.sites[s], map.sources[c],
+                             map.alpha[h][s * C + c]);
   io::write_text_file_atomic((dir / "alpha.csv").string(), csv);
 
   nlohmann::json j;
@@ -146,8 +147,8 @@ void write_routing_map(const std::string& dir_s, const RoutingMap& map, const st
   io::write_text_file_atomic((dir / "alpha.json").string(), j.dump(1) + "\n");
 
   io::BarChart bar;
-  bar.title = map.H == 1 ? "head disagreement (H = 1: a single head, none) — " + title
-                         : "head disagreement: mean pairwise Jensen-Shannon divergence — " + title;
+  bar.title = map.H == 1 ? "head disagreement (H = 1: a single head, none): " + title
+                         : "head disagreement, mean pairwise Jensen-Shannon divergence: " + title;
   bar.x_label = "routing site";
   bar.y_label = "JS divergence (bits)";
   bar.labels = map.sites;

@@ -2,11 +2,12 @@
  * @file mhar_toy.cpp
  * @brief mhar-toy: train tiny depth-routing models, look at where each head routes, compare.
  *
- * Exit codes: see errors.h (0 ok, 1 failure, 2 usage, 3 diverged, 130 interrupted).
+ * Exit codes: see errors.h (0 ok, 1 failure, 2 usage, 3 diverged, 4 unavailable, 130 interrupted).
  */
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <vector>
 
 #include "cli_common.h"
 #include "errors.h"
@@ -14,12 +15,18 @@
 
 int main(int argc, char** argv) {
   using namespace mhar::toy;
-  CLI::App app{"mhar-toy: tiny transformers with depth routing (residual, attnres, mhar, block, delta)"};
+  CLI::App app{
+      "mhar-toy: tiny transformers with depth routing (residual, attnres, mhar, block, delta).\n"
+      "Exit codes: 0 ok, 1 failure, 2 usage error, 3 diverged, 4 needs a GPU, 130 interrupted."};
   app.option_defaults()->always_capture_default();
+  // A flag given twice takes its last value (so scripts can override a default set of flags).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.require_subcommand(1);
   app.set_version_flag("--version", "mhar-toy 0.1.0");
-  Runner run_train;
-  register_train(app, run_train);
+  const std::vector<Subcommand> subs = {
+      register_train(app), register_sample(app),  register_eval(app),
+      register_grad(app),  register_heatmap(app), register_convert(app),
+      register_plot(app),  register_check(app),   register_bench(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -33,7 +40,8 @@ int main(int argc, char** argv) {
     return kUsage;
   }
   try {
-    if (app.got_subcommand("train")) return run_train();
+    for (const auto& s : subs)
+      if (s.cmd->parsed()) return s.run();
   } catch (const UsageError& e) {
     fmt::print(stderr, "mhar-toy: error: {}\n", e.what());
     return kUsage;

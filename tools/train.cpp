@@ -36,14 +36,23 @@ namespace fs = std::filesystem;
 nlohmann::json train_options_to_json(const TrainOptions& o) {
   return {{"model", config_to_json(o.cfg)},
           {"train",
-           {{"data", o.data},         {"steps", o.steps},
-            {"batch", o.batch},       {"lr", o.lr},
-            {"min_lr_ratio", o.min_lr_ratio}, {"warmup", o.warmup},
-            {"weight_decay", o.weight_decay}, {"clip", o.clip},
-            {"seed", o.seed},         {"val_fraction", o.val_fraction},
-            {"eval_every", o.eval_every}, {"eval_batches", o.eval_batches},
-            {"ckpt_every", o.ckpt_every}, {"heatmap_every", o.heatmap_every},
-            {"log_every", o.log_every}, {"device", o.device}, {"threads", o.threads}}}};
+           {{"data", o.data},
+            {"steps", o.steps},
+            {"batch", o.batch},
+            {"lr", o.lr},
+            {"min_lr_ratio", o.min_lr_ratio},
+            {"warmup", o.warmup},
+            {"weight_decay", o.weight_decay},
+            {"clip", o.clip},
+            {"seed", o.seed},
+            {"val_fraction", o.val_fraction},
+            {"eval_every", o.eval_every},
+            {"eval_batches", o.eval_batches},
+            {"ckpt_every", o.ckpt_every},
+            {"heatmap_every", o.heatmap_every},
+            {"log_every", o.log_every},
+            {"device", o.device},
+            {"threads", o.threads}}}};
 }
 
 TrainOptions train_options_from_json(const nlohmann::json& j, const std::string& where) {
@@ -89,10 +98,12 @@ void validate(const TrainOptions& o) {
   positive(o.eval_batches, "--eval-batches");
   positive(o.ckpt_every, "--ckpt-every");
   positive(o.log_every, "--log-every");
-  if (o.heatmap_every < 0) throw UsageError("--heatmap-every must be 0 (only at the end) or positive");
+  if (o.heatmap_every < 0)
+    throw UsageError("--heatmap-every must be 0 (only at the end) or positive");
   if (o.warmup < 0) throw UsageError("--warmup must be 0 or positive");
   if (o.threads < 0) throw UsageError("--threads must be 0 (all cores) or positive");
-  if (!(o.lr > 0 && std::isfinite(o.lr))) throw UsageError(fmt::format("--lr must be positive, got {}", o.lr));
+  if (!(o.lr > 0 && std::isfinite(o.lr)))
+    throw UsageError(fmt::format("--lr must be positive, got {}", o.lr));
   if (!(o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1))
     throw UsageError("--min-lr-ratio must be in [0, 1]");
   if (!(o.weight_decay >= 0)) throw UsageError("--weight-decay must be 0 or positive");
@@ -114,7 +125,9 @@ double learning_rate(const TrainOptions& o, long step) {
 namespace {
 
 std::atomic<bool> g_interrupted{false};
-extern "C" void on_sigint(int) { g_interrupted = true; }
+extern "C" void on_sigint(int) {
+  g_interrupted = true;
+}
 
 /// The device the run uses; only the CPU reference trains until the CUDA training step lands.
 std::string pick_device(const std::string& requested) {
@@ -180,13 +193,13 @@ struct Metrics {
     if (!jsonl || !csv) throw std::runtime_error("cannot append to the metrics in " + dir.string());
   }
   void write(long step, double loss, double val, double lr, double gnorm, double tps, double el) {
-    nlohmann::json j = {{"step", step}, {"train_loss", loss}, {"lr", lr}, {"grad_norm", gnorm},
-                        {"tokens_per_s", tps}, {"elapsed_s", el}};
+    nlohmann::json j = {{"step", step},       {"train_loss", loss},  {"lr", lr},
+                        {"grad_norm", gnorm}, {"tokens_per_s", tps}, {"elapsed_s", el}};
     if (!std::isnan(val)) j["val_loss"] = val;
     jsonl << j.dump() << "\n" << std::flush;
     csv << fmt::format("{},{:.6f},{},{:.6g},{:.6g},{:.1f},{:.2f}\n", step, loss,
-                       std::isnan(val) ? std::string() : fmt::format("{:.6f}", val), lr, gnorm,
-                       tps, el)
+                       std::isnan(val) ? std::string() : fmt::format("{:.6f}", val), lr, gnorm, tps,
+                       el)
         << std::flush;
     if (!jsonl || !csv) throw std::runtime_error("writing the metrics failed (disk full?)");
   }
@@ -205,8 +218,9 @@ void heatmaps(const fs::path& dir, const TrainOptions& o, const Params<float>& p
   if (!o.cfg.routed()) return;
   const Batch b = random_batch(corpus.val, o.batch, o.cfg.T, o.seed, 0, /*stream=*/2);
   const RoutingMap map = routing_map(o.cfg, p, b, o.batch);
-  write_routing_map((dir / "heatmaps" / fmt::format("step_{:06}", step)).string(), map,
-                    fmt::format("{} H={}, step {}", mode_name(o.cfg.mode), o.cfg.route_heads(), step));
+  write_routing_map(
+      (dir / "heatmaps" / fmt::format("step_{:06}", step)).string(), map,
+      fmt::format("{} H={}, step {}", mode_name(o.cfg.mode), o.cfg.route_heads(), step));
 }
 
 int run_loop(const TrainOptions& o, const fs::path& dir, Params<float>& p, Params<float>& m,
@@ -254,13 +268,18 @@ int run_loop(const TrainOptions& o, const fs::path& dir, Params<float>& p, Param
     grads.for_each([&](const std::string&, Mat<float>& g, bool) { gl.push_back(&g); });
     const double gnorm = clip_grad_norm<float>(gl, o.clip);
     if (!std::isfinite(gnorm))
-      throw DivergedError(fmt::format("the gradient norm became {} at step {}; stopping (last good "
-                                      "checkpoint kept in {}).", gnorm, s, dir.string()));
+      throw DivergedError(
+          fmt::format("the gradient norm became {} at step {}; stopping (last good "
+                      "checkpoint kept in {}).",
+                      gnorm, s, dir.string()));
     const double lr = learning_rate(o, s);
     {
       std::vector<Mat<float>*> pm, mm, vm;
       std::vector<bool> decay;
-      p.for_each([&](const std::string&, Mat<float>& t, bool dc) { pm.push_back(&t); decay.push_back(dc); });
+      p.for_each([&](const std::string&, Mat<float>& t, bool dc) {
+        pm.push_back(&t);
+        decay.push_back(dc);
+      });
       m.for_each([&](const std::string&, Mat<float>& t, bool) { mm.push_back(&t); });
       v.for_each([&](const std::string&, Mat<float>& t, bool) { vm.push_back(&t); });
       AdamWHyper hy;
@@ -269,13 +288,16 @@ int run_loop(const TrainOptions& o, const fs::path& dir, Params<float>& p, Param
         adamw_step(*pm[k], *mm[k], *vm[k], *gl[k], s, lr, hy, decay[k]);
     }
     step = s;
-    const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double step_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double tps = o.batch * o.cfg.T / step_s;
     double val = std::nan("");
     if (s % o.eval_every == 0 || s == o.steps) last_val = val = validation_loss(o, p, corpus);
     metrics.write(s, loss, val, lr, gnorm, tps, elapsed);
-    const double eta = elapsed / static_cast<double>(s - start_step) * static_cast<double>(o.steps - s);
+    const double eta =
+        elapsed / static_cast<double>(s - start_step) * static_cast<double>(o.steps - s);
     if (tty) {
       const int width = 24, filled = static_cast<int>(width * s / o.steps);
       fmt::print(stderr, "\r[{}{}] step {}/{}  loss {:.4f}  val {}  {:.0f} tok/s  ETA {}   ",
@@ -292,15 +314,18 @@ int run_loop(const TrainOptions& o, const fs::path& dir, Params<float>& p, Param
     if (s % o.ckpt_every == 0 || s == o.steps) save_state(dir, o, p, m, v, s);
     if (g_interrupted) {
       if (s % o.ckpt_every != 0 && s != o.steps) save_state(dir, o, p, m, v, s);
-      fmt::print(stderr, "\ninterrupted: checkpoint of step {} saved in {}; continue with "
-                         "`mhar-toy train --resume {}`\n", s, dir.string(), dir.string());
+      fmt::print(stderr,
+                 "\ninterrupted: checkpoint of step {} saved in {}; continue with "
+                 "`mhar-toy train --resume {}`\n",
+                 s, dir.string(), dir.string());
       code = kInterrupted;
       break;
     }
   }
   std::signal(SIGINT, old_handler);
   if (code == kOk) {
-    if (o.heatmap_every == 0 || o.steps % o.heatmap_every != 0) heatmaps(dir, o, p, corpus, o.steps);
+    if (o.heatmap_every == 0 || o.steps % o.heatmap_every != 0)
+      heatmaps(dir, o, p, corpus, o.steps);
     if (!o.quiet)
       fmt::print(stderr, "done: {} steps, final train loss {:.4f}, val loss {:.4f}; run in {}\n",
                  o.steps, cache.loss, last_val, dir.string());
@@ -311,7 +336,8 @@ int run_loop(const TrainOptions& o, const fs::path& dir, Params<float>& p, Param
 void check_writable_dir(const fs::path& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) throw UsageError("cannot create the output directory '" + dir.string() + "': " + ec.message());
+  if (ec)
+    throw UsageError("cannot create the output directory '" + dir.string() + "': " + ec.message());
   const fs::path probe = dir / ".mhar-write-test";
   std::ofstream f(probe);
   if (!f) throw UsageError("the output directory '" + dir.string() + "' is not writable");
@@ -330,7 +356,8 @@ int train(const TrainOptions& o) {
   pick_device(o.device);
   load_corpus(o.data, o.val_fraction, o.cfg.T);  // fail before creating anything
   check_writable_dir(dir);
-  io::write_text_file_atomic((dir / "config.json").string(), train_options_to_json(o).dump(2) + "\n");
+  io::write_text_file_atomic((dir / "config.json").string(),
+                             train_options_to_json(o).dump(2) + "\n");
   Rng rng(o.seed);
   Params<float> p = init_params<float>(o.cfg, rng);
   Params<float> m = zero_params<float>(o.cfg), v = zero_params<float>(o.cfg);
@@ -362,11 +389,13 @@ int resume(const std::string& dir_s, int steps, bool quiet) {
   Params<float> m = zero_params<float>(o.cfg), v = zero_params<float>(o.cfg);
   const long ostep = load_optimizer((dir / "optimizer.safetensors").string(), m, v);
   if (ostep != ck.step)
-    throw UsageError(fmt::format("{}: the optimizer state is from step {}, the checkpoint from "
-                                 "step {}", dir_s, ostep, ck.step));
+    throw UsageError(
+        fmt::format("{}: the optimizer state is from step {}, the checkpoint from "
+                    "step {}",
+                    dir_s, ostep, ck.step));
   if (ck.step >= o.steps) {
-    fmt::print(stderr, "{} already finished its {} steps (pass --steps N to train longer)\n",
-               dir_s, o.steps);
+    fmt::print(stderr, "{} already finished its {} steps (pass --steps N to train longer)\n", dir_s,
+               o.steps);
     return kOk;
   }
   if (!quiet) fmt::print(stderr, "resuming {} from step {}\n", dir_s, ck.step);

@@ -33,7 +33,7 @@ struct TrainOptions {
   int ckpt_every = 100;
   int heatmap_every = 0;  ///< 0: only at the end
   int log_every = 10;
-  int threads = 0;        ///< 0: all cores
+  int threads = 0;  ///< 0: all cores
   bool quiet = false;
 };
 

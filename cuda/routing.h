@@ -1,0 +1,79 @@
+/**
+ * @file routing.h
+ * @brief Depth routing at one site (DESIGN.md §1) on the GPU, fp32: the CUDA twin of
+ *        reference/routing.h, same names and argument order.
+ *
+ * Dimension letters (DESIGN.md §1): P positions, d model width, N sources, H routing heads,
+ * K = d / H head width. Head h owns the columns [h·K, (h+1)·K).
+ *
+ * A plain C++ header (no CUDA types, no Eigen): g++-compiled code calls these functions with
+ * DEVICE pointers (see device.h for DeviceBuffer). The kernels, their equations and their
+ * versions are in cuda/routing.cu; docs/kernels.md describes each version and its cost.
+ *
+ * Device layouts, all contiguous fp32:
+ *   sources, dsources  N × P × d   source i at offset i·P·d, row-major P × d (element [i][p][c])
+ *   alpha              N × P × H   α_i[p,h] at (i·P + p)·H + h
+ *   out, dout          P × d
+ *   q, g, dq, dg       d
+ *
+ * Errors: bad arguments throw std::invalid_argument before any CUDA call; a failed CUDA call
+ * throws std::runtime_error with CUDA's message. Launches go to the default stream and are
+ * asynchronous: a fault inside a kernel surfaces at the next synchronising call.
+ */
+#pragma once
+
+#include <string>
+
+namespace mhar::cuda {
+
+/**
+ * Kernel versions (STYLE.md §6); a version keeps its number when it becomes the default.
+ *   Naive = 1: a direct port of the reference loops, one thread per output element; a second
+ *              oracle and the teaching version.
+ *   Fused = 2: one team of threads per position reads each source row once (RMS fused, online
+ *              softmax over depth); the backward reads each row once more and reduces dq, dg
+ *              per thread block in a fixed order. The default.
+ */
+enum class RoutingVersion { Naive = 1, Fused = 2 };
+
+/// "naive" or "fused".
+std::string version_name(RoutingVersion v);
+
+/// Widest d the Fused version handles (registers per thread); Naive has no limit.
+inline constexpr int kFusedMaxWidth = 8192;
+
+/**
+ * @brief Routing forward at one site.
+ *
+ * Writes (=) out and alpha. Throws std::invalid_argument when N, P, d < 1, H does not divide d,
+ * a pointer is null, or (Fused) d > kFusedMaxWidth.
+ *
+ * @param out      P × d: out[p,c] = Σ_i α_i[p,h(c)] · S_i[p,c]
+ * @param alpha    N × P × H: routing weights α_i[p,h], saved for the backward (and heatmaps)
+ * @param sources  N × P × d: the raw sources S_0 … S_{N-1}
+ * @param q        d: pseudo-query (read as H slices)
+ * @param g        d: key gain
+ */
+void routing_forward(float* out, float* alpha, const float* sources, const float* q, const float* g,
+                     int N, int P, int d, int H, RoutingVersion v = RoutingVersion::Fused);
+
+/**
+ * @brief Routing backward at one site.
+ *
+ * Accumulates (+=) into dsources, dq and dg, like the reference: a source's gradient sums over
+ * every site that reads it. dq and dg are reduced over positions in a fixed order, so two runs
+ * give the same bits. 1/RMS is recomputed from the sources (nothing but α is saved).
+ *
+ * @param dsources N × P × d, += ∂loss/∂S_i
+ * @param dq       d, += ∂loss/∂q
+ * @param dg       d, += ∂loss/∂g
+ * @param dout     P × d, ∂loss/∂out
+ * @param out      P × d, the forward's output
+ * @param alpha    N × P × H, the forward's routing weights
+ * @param sources, q, g  as in the forward
+ */
+void routing_backward(float* dsources, float* dq, float* dg, const float* dout, const float* out,
+                      const float* alpha, const float* sources, const float* q, const float* g,
+                      int N, int P, int d, int H, RoutingVersion v = RoutingVersion::Fused);
+
+}  // namespace mhar::cuda

@@ -1,0 +1,115 @@
+/**
+ * @file cli_grad.cpp
+ * @brief `mhar-toy grad`: the loss and every parameter gradient on one deterministic batch,
+ *        written as safetensors so another implementation can be checked against this one.
+ *
+ * The file holds "tokens" and "targets" (I64, B × T), "loss" (F64, a scalar), and for every
+ * parameter "param.<name>" and "grad.<name>" (F64 by default), with the config in the metadata.
+ */
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "checkpoint.h"
+#include "cli_common.h"
+#include "data.h"
+#include "errors.h"
+#include "safetensors.h"
+
+namespace mhar::toy {
+
+Subcommand register_grad(CLI::App& app) {
+  struct Opts {
+    std::string ckpt, data = "data/tinyshakespeare.txt", out = "grads.safetensors", mode = "mhar";
+    std::string precision = "f64";
+    Config cfg;
+    int batch = 2;
+    std::uint64_t seed = 1, batch_seed = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand(
+      "grad", "Loss and every parameter gradient on one deterministic batch, as safetensors");
+  cmd->add_option("--ckpt", o->ckpt, "checkpoint or run directory (default: a fresh model)");
+  add_model_flags(*cmd, o->cfg, o->mode);
+  cmd->add_option("--seed", o->seed, "initialisation seed of a fresh model");
+  cmd->add_option("--data", o->data, "text the batch is drawn from");
+  cmd->add_option("--batch,-B", o->batch, "sequences in the batch");
+  cmd->add_option("--batch-seed", o->batch_seed, "seed of the batch's windows");
+  cmd->add_option("--precision", o->precision,
+                  "f64 (double: the truth) or f32 (what training uses)");
+  cmd->add_option("--out,-o", o->out, "output file");
+  return {cmd, [o]() -> int {
+            if (o->batch <= 0) throw UsageError("--batch must be positive");
+            if (o->precision != "f64" && o->precision != "f32")
+              throw UsageError("--precision must be f64 or f32, got '" + o->precision + "'");
+            Config cfg;
+            Params<double> p;
+            if (!o->ckpt.empty()) {
+              const Checkpoint ck = load_checkpoint(o->ckpt);
+              cfg = ck.cfg;
+              p = cast_params<double>(ck.params);
+            } else {
+              cfg = o->cfg;
+              try {
+                cfg.mode = parse_mode(o->mode);
+              } catch (const ShapeError& e) {
+                throw UsageError(std::string("--mode: ") + e.what());
+              }
+              try {
+                cfg.validate();
+              } catch (const ShapeError& e) {
+                throw UsageError(e.what());
+              }
+              Rng rng(o->seed);
+              p = cast_params<double>(init_params<float>(cfg, rng));  // the float init, exactly
+            }
+            const Corpus corpus = load_corpus(o->data, 0.1, cfg.T);
+            const Batch b = random_batch(corpus.train, o->batch, cfg.T, o->batch_seed, 0, 3);
+            double loss = 0;
+            Params<double> g;
+            if (o->precision == "f64") {
+              Cache<double> cache;
+              loss = model_forward<double>(cfg, p, b.tokens, b.targets, o->batch, &cache);
+              model_backward(g, cfg, p, cache);
+            } else {
+              const Params<float> pf = cast_params<float>(p);
+              Cache<float> cache;
+              loss = model_forward<float>(cfg, pf, b.tokens, b.targets, o->batch, &cache);
+              Params<float> gf;
+              model_backward(gf, cfg, pf, cache);
+              g = cast_params<double>(gf);
+            }
+            io::SafeTensors st;
+            st.metadata = {{"format", "mhar.grad"},
+                           {"format_version", "1"},
+                           {"config", config_to_json(cfg).dump()},
+                           {"precision", o->precision},
+                           {"loss", fmt::format("{:.17g}", loss)}};
+            const std::vector<std::int64_t> tok(b.tokens.begin(), b.tokens.end()),
+                tgt(b.targets.begin(), b.targets.end());
+            st.tensors.emplace_back("tokens", io::Tensor::from_i64({o->batch, cfg.T}, tok.data()));
+            st.tensors.emplace_back("targets", io::Tensor::from_i64({o->batch, cfg.T}, tgt.data()));
+            st.tensors.emplace_back("loss", io::Tensor::from_f64({}, &loss));
+            auto put = [&](const std::string& prefix, const Params<double>& ps) {
+              ps.for_each([&](const std::string& name, const Mat<double>& m, bool) {
+                if (o->precision == "f64") {
+                  st.tensors.emplace_back(prefix + name,
+                                          io::Tensor::from_f64({m.rows(), m.cols()}, m.data()));
+                } else {
+                  const Mat<float> mf = m.cast<float>();
+                  st.tensors.emplace_back(prefix + name,
+                                          io::Tensor::from_f32({m.rows(), m.cols()}, mf.data()));
+                }
+              });
+            };
+            put("param.", p);
+            put("grad.", g);
+            io::save_safetensors(o->out, st);
+            fmt::print(
+                "{}: loss {:.10f} on {} × {} bytes; {} parameter and gradient tensors ({})\n",
+                o->out, loss, o->batch, cfg.T, (st.tensors.size() - 3) / 2, o->precision);
+            return kOk;
+          }};
+}
+
+}  // namespace mhar::toy

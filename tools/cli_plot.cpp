@@ -1,0 +1,120 @@
+/**
+ * @file cli_plot.cpp
+ * @brief `mhar-toy plot`: train and validation loss of one or more runs in one figure (SVG, PNG).
+ */
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli_common.h"
+#include "errors.h"
+#include "figures.h"
+
+namespace mhar::toy {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct RunCurves {
+  std::string label;
+  std::vector<double> step, train, val_step, val;
+};
+
+RunCurves read_run(const std::string& dir) {
+  RunCurves r;
+  const fs::path metrics = fs::path(dir) / "metrics.jsonl";
+  std::ifstream in(metrics);
+  if (!in)
+    throw UsageError("cannot read " + metrics.string() + " (is '" + dir + "' a run directory?)");
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    try {
+      const auto j = nlohmann::json::parse(line);
+      r.step.push_back(j.at("step").get<double>());
+      r.train.push_back(j.at("train_loss").get<double>());
+      if (j.contains("val_loss")) {
+        r.val_step.push_back(r.step.back());
+        r.val.push_back(j.at("val_loss").get<double>());
+      }
+    } catch (const std::exception& e) {
+      throw UsageError(metrics.string() + ": bad line: " + e.what());
+    }
+  }
+  if (r.step.empty()) throw UsageError(metrics.string() + " holds no steps yet");
+  r.label = fs::path(dir).lexically_normal().filename().string();
+  if (r.label.empty()) r.label = fs::path(dir).lexically_normal().parent_path().filename().string();
+  if (std::ifstream c(fs::path(dir) / "config.json"); c) {
+    try {
+      const auto j = nlohmann::json::parse(c).at("model");
+      const std::string mode = j.at("mode").get<std::string>();
+      r.label += mode == "residual" ? " (residual)"
+                                    : fmt::format(" ({} H={})", mode, j.at("H").get<int>());
+    } catch (const std::exception&) {
+    }
+  }
+  return r;
+}
+
+/// Trailing moving average over `window` points.
+std::vector<double> smooth(const std::vector<double>& y, int window) {
+  if (window <= 1) return y;
+  std::vector<double> s(y.size());
+  double sum = 0;
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    sum += y[i];
+    if (i >= static_cast<std::size_t>(window)) sum -= y[i - window];
+    s[i] = sum / static_cast<double>(std::min<std::size_t>(i + 1, window));
+  }
+  return s;
+}
+
+}  // namespace
+
+Subcommand register_plot(CLI::App& app) {
+  struct Opts {
+    std::vector<std::string> runs;
+    std::string out = "loss", metric = "both", title = "loss per byte";
+    int smooth = 20;
+    bool log_y = false;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand("plot", "Loss curves of one or more runs in one figure");
+  cmd->add_option("runs", o->runs, "run directories")->required();
+  cmd->add_option("--out,-o", o->out, "output path without extension: writes OUT.svg and OUT.png");
+  cmd->add_option("--metric", o->metric, "train | val | both (train solid, validation dashed)");
+  cmd->add_option("--smooth", o->smooth, "moving average of the train loss over N steps (1 = off)");
+  cmd->add_option("--title", o->title, "figure title");
+  cmd->add_flag("--log-y", o->log_y, "logarithmic loss axis");
+  return {
+      cmd, [o]() -> int {
+        if (o->metric != "train" && o->metric != "val" && o->metric != "both")
+          throw UsageError("--metric must be train, val or both, got '" + o->metric + "'");
+        if (o->smooth < 1) throw UsageError("--smooth must be at least 1");
+        io::LinePlot plot;
+        plot.title = o->title;
+        plot.x_label = "step";
+        plot.y_label = "cross-entropy (nats/byte)";
+        plot.log_y = o->log_y;
+        for (const auto& dir : o->runs) {
+          const RunCurves r = read_run(dir);
+          if (o->metric != "val")
+            plot.series.push_back({r.label + " train", r.step, smooth(r.train, o->smooth), false});
+          if (o->metric != "train" && !r.val.empty())
+            plot.series.push_back({r.label + " val", r.val_step, r.val, true});
+          fmt::print("{}: {} steps, last train loss {:.4f}{}\n", r.label, r.step.size(),
+                     r.train.back(),
+                     r.val.empty() ? "" : fmt::format(", last val loss {:.4f}", r.val.back()));
+        }
+        io::write_text_file_atomic(o->out + ".svg", io::lineplot_svg(plot));
+        io::write_lineplot_png(o->out + ".png", plot);
+        fmt::print("wrote {0}.svg and {0}.png\n", o->out);
+        return kOk;
+      }};
+}
+
+}  // namespace mhar::toy
