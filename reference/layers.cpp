@@ -69,19 +69,24 @@ void rope_rotate(Mat<T>& y, const Mat<T>& x, int T_len, int n_heads, double sign
   require(x.rows() % T_len == 0, "rope", x.rows(),
           " rows are not a whole number of sequences of T = ", T_len);
   const int half = hd / 2;
-  y.resize(x.rows(), x.cols());
-  for (Eigen::Index p = 0; p < x.rows(); ++p) {
-    const double t = static_cast<double>(p % T_len);
+  // The rotation of pair i at position t: angle sign · t · θ^(−2i/hd), tabulated once per call.
+  Mat<T> cos_t(T_len, half), sin_t(T_len, half);
+  for (int t = 0; t < T_len; ++t)
     for (int i = 0; i < half; ++i) {
       const double angle = sign * t * std::pow(kRopeTheta, -2.0 * i / hd);
-      const T c = static_cast<T>(std::cos(angle)), s = static_cast<T>(std::sin(angle));
-      for (int h = 0; h < n_heads; ++h) {
-        const int a = h * hd + i, b = a + half;
-        // [y_a, y_b] = [x_a cos − x_b sin,  x_a sin + x_b cos]
-        const T xa = x(p, a), xb = x(p, b);
-        y(p, a) = xa * c - xb * s;
-        y(p, b) = xa * s + xb * c;
-      }
+      cos_t(t, i) = static_cast<T>(std::cos(angle));
+      sin_t(t, i) = static_cast<T>(std::sin(angle));
+    }
+  y.resize(x.rows(), x.cols());
+  for (Eigen::Index p = 0; p < x.rows(); ++p) {
+    const auto t = p % T_len;
+    for (int h = 0; h < n_heads; ++h) {
+      // [y_a, y_b] = [x_a cos − x_b sin,  x_a sin + x_b cos],  a = h·hd + i,  b = a + hd/2
+      const auto xa = x.row(p).segment(h * hd, half).array();
+      const auto xb = x.row(p).segment(h * hd + half, half).array();
+      const auto c = cos_t.row(t).array(), s = sin_t.row(t).array();
+      y.row(p).segment(h * hd, half) = (xa * c - xb * s).matrix();
+      y.row(p).segment(h * hd + half, half) = (xa * s + xb * c).matrix();
     }
   }
 }

@@ -8,7 +8,11 @@
  *   (3) α_i[h]   = exp(z_i[h]) / Σ_j exp(z_j[h])               softmax over depth, per head
  *   (4) out[p,c] = Σ_i α_i[h(c)] · S_i[p,c]                    values are the RAW sources
  *
- * Head h owns the K = d / H columns [h·K, (h+1)·K): `cols(X, h)` below is that slice of X.
+ * Head h owns the K = d / H columns [h·K, (h+1)·K). Because a row-major P × d matrix stores
+ * those K columns contiguously, it is also a (P·H) × K matrix whose row p·H + h is head h of
+ * position p: `heads(X)` below is that view, and `flat(A)` reads a P × H matrix as the matching
+ * column of P·H values. A per-head sum is then one `rowwise().sum()` over heads(X), and scaling
+ * each head by its weight one `flat(α).asDiagonal() * heads(X)`, for all heads at once.
  * The backward walks (4) → (1). The CUDA twin is cuda/routing.cu.
  */
 #include "routing.h"
@@ -34,10 +38,23 @@ void check_routing_args(std::span<const Mat<T>> sources, const Eigen::Ref<const 
           " (allowed: a divisor of d)");
 }
 
-/// Head h's K columns of a P × d matrix.
-template <typename M>
-auto cols(M& X, int h, int K) {
-  return X.middleCols(static_cast<Eigen::Index>(h) * K, K);
+/// The P × d matrix X as (P·H) × K: row p·H + h is head h of position p.
+template <typename T>
+Eigen::Map<const Mat<T>> heads(const Mat<T>& X, int H) {
+  return {X.data(), X.rows() * H, X.cols() / H};
+}
+template <typename T>
+Eigen::Map<Mat<T>> heads(Mat<T>& X, int H) {
+  return {X.data(), X.rows() * H, X.cols() / H};
+}
+/// The P × H matrix A as a column of P·H values (entry p·H + h), matching the rows of heads().
+template <typename T>
+Eigen::Map<const Vec<T>> flat(const Mat<T>& A) {
+  return {A.data(), A.size()};
+}
+template <typename T>
+Eigen::Map<Vec<T>> flat(Mat<T>& A) {
+  return {A.data(), A.size()};
 }
 
 }  // namespace
@@ -50,7 +67,7 @@ void routing_forward(Mat<T>& out, RoutingSaved<T>& saved, std::span<const Mat<T>
   // sources: N × (P × d); q, g: 1 × d; out: P × d; α_i: P × H; r_i: P
   const auto N = sources.size();
   const auto P = sources[0].rows();
-  const int d = static_cast<int>(sources[0].cols()), K = d / H;
+  const int d = static_cast<int>(sources[0].cols());
   const RowVec<T> qg = q.cwiseProduct(g);  // the key projection q ⊙ g
 
   saved.alpha.assign(N, Mat<T>(P, H));
@@ -61,8 +78,9 @@ void routing_forward(Mat<T>& out, RoutingSaved<T>& saved, std::span<const Mat<T>
     // (1) r_i = 1 / sqrt( mean_c S_i² + eps )
     saved.rinv[i] = ((S.array().square().rowwise().sum() / T(d)) + T(kRoutingEps)).rsqrt();
     // (2) z_i[h] = r_i · Σ_{c∈h} S_i[c] · (q ⊙ g)_c
-    for (int h = 0; h < H; ++h)
-      z[i].col(h) = saved.rinv[i].cwiseProduct(cols(S, h, K) * cols(qg, h, K).transpose());
+    const Mat<T> Sqg = S * qg.asDiagonal();
+    flat(z[i]) = heads(Sqg, H).rowwise().sum();
+    z[i] = saved.rinv[i].asDiagonal() * z[i];
   }
 
   // (3) α_i = exp(z_i − m) / Σ_j exp(z_j − m), with m = max_j z_j per (p, h) for stability
@@ -75,11 +93,10 @@ void routing_forward(Mat<T>& out, RoutingSaved<T>& saved, std::span<const Mat<T>
   }
   for (std::size_t i = 0; i < N; ++i) saved.alpha[i] = z[i].cwiseQuotient(denom);
 
-  // (4) out[:, h] = Σ_i α_i[h] · S_i[:, h]   (values: the raw sources)
+  // (4) out[p, c] = Σ_i α_i[p, h(c)] · S_i[p, c]   (values: the raw sources)
   out = Mat<T>::Zero(P, d);
   for (std::size_t i = 0; i < N; ++i)
-    for (int h = 0; h < H; ++h)
-      cols(out, h, K) += saved.alpha[i].col(h).asDiagonal() * cols(sources[i], h, K);
+    heads(out, H) += flat(saved.alpha[i]).asDiagonal() * heads(sources[i], H);
 }
 
 template <typename T>
@@ -91,7 +108,7 @@ void routing_backward(std::span<Mat<T>> dsources, Eigen::Ref<RowVec<T>> dq,
   check_routing_args(sources, q, g, H);
   const auto N = sources.size();
   const auto P = sources[0].rows();
-  const int d = static_cast<int>(sources[0].cols()), K = d / H;
+  const int d = static_cast<int>(sources[0].cols());
   require(dsources.size() == N, "routing_backward", "dsources has ", dsources.size(),
           " entries, sources has ", N);
   require_shape(dout, P, d, "routing_backward", "dout");
@@ -101,39 +118,40 @@ void routing_backward(std::span<Mat<T>> dsources, Eigen::Ref<RowVec<T>> dq,
   for (std::size_t i = 0; i < N; ++i)
     require_shape(dsources[i], P, d, "routing_backward", "dsources[i]");
   const RowVec<T> qg = q.cwiseProduct(g);
+  const Mat<T> QG = qg.replicate(P, 1);  // q ⊙ g on every row, P × d
 
   // D[h] = Σ_{c∈h} dout ⊙ out   (= Σ_j α_j[h] · a_j[h]): P × H
   Mat<T> D(P, H);
-  for (int h = 0; h < H; ++h)
-    D.col(h) = cols(dout, h, K).cwiseProduct(cols(out, h, K)).rowwise().sum();
+  flat(D) = heads(dout, H).cwiseProduct(heads(out, H)).rowwise().sum();
 
+  Mat<T> a(P, H), kp(P, H), dzrS(P, d);
   for (std::size_t i = 0; i < N; ++i) {
     const Mat<T>& S = sources[i];
     const Mat<T>& alpha = saved.alpha[i];
     const Vec<T>& r = saved.rinv[i];
-    Mat<T>& dS = dsources[i];
-    Vec<T> uS = Vec<T>::Zero(P);  // Σ_c u_i[c] · S_i[c], for the RMS path at (1)
-    for (int h = 0; h < H; ++h) {
-      const auto S_h = cols(S, h, K);
-      const auto dout_h = cols(dout, h, K);
-      const auto qg_h = cols(qg, h, K);
-      // from (4), value path: dS_i[:, h] += α_i[h] · dout[:, h]
-      cols(dS, h, K) += alpha.col(h).asDiagonal() * dout_h;
-      // from (4), weight path: a_i[h] = Σ_{c∈h} dout ⊙ S_i   (∂loss/∂α_i[h])
-      const Vec<T> a = dout_h.cwiseProduct(S_h).rowwise().sum();
-      // from (3): dz_i[h] = α_i[h] · (a_i[h] − D[h])   (softmax Jacobian diag(α) − ααᵀ)
-      const Vec<T> dz = alpha.col(h).cwiseProduct(a - D.col(h));
-      // from (2): z_i[h] = r_i · Σ_{c∈h} q_c g_c S_i[c]
-      //   dq_c += Σ_p dz_i[h] · g_c · r_i · S_i[c];   dg_c += Σ_p dz_i[h] · q_c · r_i · S_i[c]
-      const RowVec<T> dzrS = dz.cwiseProduct(r).transpose() * S_h;
-      cols(dq, h, K) += dzrS.cwiseProduct(cols(g, h, K));
-      cols(dg, h, K) += dzrS.cwiseProduct(cols(q, h, K));
-      //   u_i[c] = dz_i[h(c)] · q_c · g_c  (∂loss/∂(r_i S_i[c])), so dS_i[c] += r_i · u_i[c]
-      cols(dS, h, K) += dz.cwiseProduct(r) * qg_h;
-      uS += dz.cwiseProduct(S_h * qg_h.transpose());
-    }
-    // from (1), r_i = (mean S_i² + eps)^(−1/2):  dS_i −= (r_i³ / d) · (Σ_c u_i[c] S_i[c]) · S_i
-    dS -= (r.array().cube() * uS.array() / T(d)).matrix().asDiagonal() * S;
+    // from (4), weight path: a_i[h] = Σ_{c∈h} dout ⊙ S_i   (∂loss/∂α_i[h])
+    flat(a) = heads(dout, H).cwiseProduct(heads(S, H)).rowwise().sum();
+    // from (3): dz_i = α_i ⊙ (a_i − D)   (softmax Jacobian diag(α) − ααᵀ)
+    const Mat<T> dz = alpha.cwiseProduct(a - D);
+    // from (2): z_i[h] = r_i · Σ_{c∈h} q_c g_c S_i[c], so with dzr = r_i · dz_i:
+    //   dq_c += Σ_p dzr[h(c)] · g_c · S_i[c];   dg_c += Σ_p dzr[h(c)] · q_c · S_i[c]
+    const Mat<T> dzr = r.asDiagonal() * dz;
+    heads(dzrS, H) = flat(dzr).asDiagonal() * heads(S, H);
+    const RowVec<T> dzrS_sum = dzrS.colwise().sum();
+    dq += dzrS_sum.cwiseProduct(g);
+    dg += dzrS_sum.cwiseProduct(q);
+    //   u_i[c] = dz_i[h(c)] · q_c · g_c is ∂loss/∂(r_i S_i[c]); for (1) we need
+    //   Σ_c u_i[c] S_i[c] = Σ_h dz_i[h] · kp_i[h],  kp_i[h] = Σ_{c∈h} q_c g_c S_i[c]
+    flat(kp) = heads(QG, H).cwiseProduct(heads(S, H)).rowwise().sum();
+    const Vec<T> uS = dz.cwiseProduct(kp).rowwise().sum();
+    // from (1), r_i = (mean S_i² + eps)^(−1/2): the RMS path's coefficient (r_i³ / d) · Σ_c u_i S_i
+    const Vec<T> coef = (r.array().cube() * uS.array() / T(d)).matrix();
+    // dS_i += α_i[h(c)] · dout          value path, from (4)
+    //       + r_i · u_i                  key path, from (2)
+    //       − coef · S_i                 key path through the RMS, from (1)
+    heads(dsources[i], H) +=
+        flat(alpha).asDiagonal() * heads(dout, H) + flat(dzr).asDiagonal() * heads(QG, H);
+    dsources[i] -= coef.asDiagonal() * S;
   }
 }
 

@@ -39,38 +39,56 @@ std::string cuda_unavailable() {
 #endif
 }
 
-/// Median time of one full training step (forward, backward, clipping, AdamW) in seconds.
-double step_seconds(const Config& cfg, int batch, int repeats) {
-  Rng rng(1);
-  Params<float> p = init_params<float>(cfg, rng);
-  Params<float> m = zero_params<float>(cfg), v = zero_params<float>(cfg), g;
-  // Open the routing a little so the softmax is not uniform (the cost is the same either way).
-  if (cfg.routed())
-    p.route_q = rng.normal_matrix<float>(p.route_q.rows(), p.route_q.cols(), 0, 0.1);
-  std::vector<int> x(static_cast<std::size_t>(batch) * cfg.T), y(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    x[i] = static_cast<int>(rng.below(256));
-    y[i] = static_cast<int>(rng.below(256));
-  }
+/// One model ready for timed training steps (forward, backward, clipping, AdamW).
+struct StepBench {
+  Config cfg;
+  int batch;
+  Params<float> p, m, v, g;
+  std::vector<int> x, y;
   Cache<float> cache;
-  std::vector<double> times;
-  for (int r = 0; r < repeats + 1; ++r) {
+  long step = 0;
+
+  StepBench(const Config& c, int b) : cfg(c), batch(b) {
+    Rng rng(1);
+    p = init_params<float>(cfg, rng);
+    m = zero_params<float>(cfg);
+    v = zero_params<float>(cfg);
+    // Open the routing a little so the softmax is not uniform (the cost is the same either way).
+    if (cfg.routed())
+      p.route_q = rng.normal_matrix<float>(p.route_q.rows(), p.route_q.cols(), 0, 0.1);
+    x.resize(static_cast<std::size_t>(batch) * cfg.T);
+    y.resize(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      x[i] = static_cast<int>(rng.below(256));
+      y[i] = static_cast<int>(rng.below(256));
+    }
+  }
+
+  /// Seconds of one training step.
+  double run() {
     const auto t0 = std::chrono::steady_clock::now();
     model_forward<float>(cfg, p, x, y, batch, &cache);
     model_backward(g, cfg, p, cache);
     std::vector<Mat<float>*> gl, pl, ml, vl;
+    std::vector<bool> decay;
     g.for_each([&](const std::string&, Mat<float>& t, bool) { gl.push_back(&t); });
-    p.for_each([&](const std::string&, Mat<float>& t, bool) { pl.push_back(&t); });
+    p.for_each([&](const std::string&, Mat<float>& t, bool dc) {
+      pl.push_back(&t);
+      decay.push_back(dc);
+    });
     m.for_each([&](const std::string&, Mat<float>& t, bool) { ml.push_back(&t); });
     v.for_each([&](const std::string&, Mat<float>& t, bool) { vl.push_back(&t); });
     clip_grad_norm<float>(gl, 1.0);
+    ++step;
     for (std::size_t k = 0; k < pl.size(); ++k)
-      adamw_step(*pl[k], *ml[k], *vl[k], *gl[k], r + 1, 1e-3, AdamWHyper{}, true);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (r > 0) times.push_back(s);  // the first step warms caches and allocations
+      adamw_step(*pl[k], *ml[k], *vl[k], *gl[k], step, 1e-3, AdamWHyper{}, decay[k]);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
 }  // namespace
@@ -130,13 +148,12 @@ Subcommand register_bench(CLI::App& app) {
 #ifdef _OPENMP
               if (o->threads > 0) omp_set_num_threads(o->threads);
 #endif
-              Config base = o->cfg;
-              double residual = 0;
+              const Config base = o->cfg;
               fmt::print(
-                  "CPU training step (forward + backward + AdamW), d={} L={} T={} batch={}:\n",
-                  base.d, base.L, base.T, o->batch);
-              fmt::print("{:<10} {:>4} {:>12} {:>12} {:>14}\n", "mode", "H", "step (ms)",
-                         "tokens/s", "÷ residual");
+                  "CPU training step (forward + backward + AdamW), d={} L={} T={} batch={}, "
+                  "{} interleaved repeats, median:\n",
+                  base.d, base.L, base.T, o->batch, o->repeats);
+              std::vector<StepBench> benches;
               for (Mode m : {Mode::Residual, Mode::AttnRes, Mode::Mhar}) {
                 Config c = base;
                 c.mode = m;
@@ -145,11 +162,24 @@ Subcommand register_bench(CLI::App& app) {
                 } catch (const ShapeError& e) {
                   throw UsageError(e.what());
                 }
-                const double s = step_seconds(c, o->batch, o->repeats);
-                if (m == Mode::Residual) residual = s;
-                fmt::print("{:<10} {:>4} {:>12.1f} {:>12.0f} {:>13.3f}×\n", mode_name(m),
-                           m == Mode::Residual ? std::string("-") : std::to_string(c.route_heads()),
-                           s * 1e3, o->batch * c.T / s, s / residual);
+                benches.emplace_back(c, o->batch);
+                benches.back().run();  // warm-up: caches, allocations
+              }
+              // Modes take turns, so a change in the machine's load hits them alike.
+              std::vector<std::vector<double>> times(benches.size());
+              for (int r = 0; r < o->repeats; ++r)
+                for (std::size_t k = 0; k < benches.size(); ++k)
+                  times[k].push_back(benches[k].run());
+              const double residual = median(times[0]);
+              fmt::print("{:<10} {:>4} {:>12} {:>12} {:>14}\n", "mode", "H", "step (ms)",
+                         "tokens/s", "÷ residual");
+              for (std::size_t k = 0; k < benches.size(); ++k) {
+                const Config& c = benches[k].cfg;
+                const double s = median(times[k]);
+                fmt::print(
+                    "{:<10} {:>4} {:>12.1f} {:>12.0f} {:>13.3f}×\n", mode_name(c.mode),
+                    c.mode == Mode::Residual ? std::string("-") : std::to_string(c.route_heads()),
+                    s * 1e3, o->batch * c.T / s, s / residual);
               }
               return kOk;
             }

@@ -31,5 +31,6 @@ Subcommand register_convert(CLI::App& app);
 Subcommand register_plot(CLI::App& app);
 Subcommand register_check(CLI::App& app);
 Subcommand register_bench(CLI::App& app);
+Subcommand register_stream(CLI::App& app);
 
 }  // namespace mhar::toy

@@ -5,6 +5,7 @@
  * Exit codes: see errors.h (0 ok, 1 failure, 2 usage, 3 diverged, 4 unavailable, 130 interrupted).
  */
 #include <fmt/format.h>
+#include <malloc.h>
 
 #include <CLI/CLI.hpp>
 #include <vector>
@@ -15,6 +16,10 @@
 
 int main(int argc, char** argv) {
   using namespace mhar::toy;
+  // Keep freed activation buffers in the heap: each training step allocates the same large
+  // matrices again, and returning them to the kernel costs a page fault per 4 KiB every step.
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   CLI::App app{
       "mhar-toy: tiny transformers with depth routing (residual, attnres, mhar, block, delta).\n"
       "Exit codes: 0 ok, 1 failure, 2 usage error, 3 diverged, 4 needs a GPU, 130 interrupted."};
@@ -24,9 +29,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "mhar-toy 0.1.0");
   const std::vector<Subcommand> subs = {
-      register_train(app), register_sample(app),  register_eval(app),
-      register_grad(app),  register_heatmap(app), register_convert(app),
-      register_plot(app),  register_check(app),   register_bench(app)};
+      register_train(app),   register_sample(app),  register_eval(app), register_grad(app),
+      register_heatmap(app), register_convert(app), register_plot(app), register_check(app),
+      register_bench(app),   register_stream(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
