@@ -14,7 +14,7 @@ using Catch::Matchers::Contains;
 using mhar::test::check_gradient;
 using mhar::test::sample_indices;
 
-TEST_CASE("rmsnorm backward matches finite differences", "[rmsnorm][grad]") {
+TEST_CASE("op gradient, rmsnorm", "[rmsnorm][grad]") {
   const int P = GENERATE(1, 5), d = GENERATE(3, 12);
   CAPTURE(P, d);
   Rng rng(100 + P * 10 + d);
@@ -37,7 +37,7 @@ TEST_CASE("rmsnorm backward matches finite differences", "[rmsnorm][grad]") {
   CHECK(check_gradient(tag + " dgain", gain, dgain, loss, sample_indices(gain)).pass);
 }
 
-TEST_CASE("linear backward matches finite differences", "[linear][grad]") {
+TEST_CASE("op gradient, linear", "[linear][grad]") {
   Rng rng(101);
   Mat<double> x = rng.normal_matrix<double>(7, 5), Wt = rng.normal_matrix<double>(5, 3);
   const Mat<double> W = rng.normal_matrix<double>(7, 3);
@@ -52,7 +52,7 @@ TEST_CASE("linear backward matches finite differences", "[linear][grad]") {
   CHECK(check_gradient("linear dW", Wt, dWt, loss, sample_indices(Wt)).pass);
 }
 
-TEST_CASE("rope backward matches finite differences and preserves norms", "[rope][grad]") {
+TEST_CASE("op gradient, rope (and it preserves norms)", "[rope][grad]") {
   const int T_len = GENERATE(1, 4), heads = GENERATE(1, 3);
   CAPTURE(T_len, heads);
   Rng rng(102 + T_len + heads);
@@ -75,8 +75,7 @@ TEST_CASE("rope backward matches finite differences and preserves norms", "[rope
           .pass);
 }
 
-TEST_CASE("causal grouped-query attention backward matches finite differences",
-          "[attention][grad]") {
+TEST_CASE("op gradient, causal grouped-query attention", "[attention][grad]") {
   struct Case {
     int B, T, nh, nkv, hd;
   };
@@ -120,7 +119,7 @@ TEST_CASE("attention is causal: the future does not change the past", "[attentio
   CHECK((out1.row(3) - out2.row(3)).cwiseAbs().maxCoeff() > 1e-3);
 }
 
-TEST_CASE("SwiGLU MLP backward matches finite differences", "[mlp][grad]") {
+TEST_CASE("op gradient, SwiGLU MLP", "[mlp][grad]") {
   Rng rng(105);
   Mat<double> x = rng.normal_matrix<double>(5, 6), wg = rng.normal_matrix<double>(6, 7),
               wu = rng.normal_matrix<double>(6, 7), wd = rng.normal_matrix<double>(7, 6);
@@ -143,8 +142,7 @@ TEST_CASE("SwiGLU MLP backward matches finite differences", "[mlp][grad]") {
   CHECK(check_gradient("mlp dw_down", wd, dwd, loss, sample_indices(wd)).pass);
 }
 
-TEST_CASE("embedding, tied head and cross-entropy backward match finite differences",
-          "[loss][grad]") {
+TEST_CASE("op gradient, embedding + tied LM head + cross-entropy", "[loss][grad]") {
   Rng rng(106);
   const int V = 11, d = 5;
   Mat<double> E = rng.normal_matrix<double>(V, d);

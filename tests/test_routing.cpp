@@ -51,7 +51,8 @@ Mat<double> single_head_loops(const std::vector<Mat<double>>& S, const RowVec<do
 
 }  // namespace
 
-TEST_CASE("routing backward matches finite differences", "[routing][grad]") {
+TEST_CASE("op gradient, routing (N = 1, H = 1, H = d, odd P, d not a multiple of 8)",
+          "[routing][grad]") {
   const Case cs = GENERATE(Case{5, 12, 3, 4}, Case{1, 8, 1, 1}, Case{3, 6, 4, 6}, Case{7, 10, 5, 2},
                            Case{4, 16, 2, 1}, Case{2, 9, 3, 3});
   CAPTURE(cs.P, cs.d, cs.N, cs.H);

@@ -31,7 +31,7 @@ struct TrainOptions {
   int eval_every = 100;
   int eval_batches = 8;
   int ckpt_every = 100;
-  int heatmap_every = 0;  ///< 0: only at the end
+  int heatmap_every = 100;  ///< 0: only at the end
   int log_every = 10;
   int threads = 0;  ///< 0: all cores
   bool quiet = false;
