@@ -1,5 +1,6 @@
 /**
  * @file bench_routing.h
+ * @ingroup cuda
  * @brief Speed of the routing kernels (cuda/routing.cu) as bytes moved ÷ time, next to the
  *        copy bandwidth measured in the same run (DESIGN.md §4).
  *

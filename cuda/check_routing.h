@@ -1,5 +1,6 @@
 /**
  * @file check_routing.h
+ * @ingroup cuda
  * @brief Every routing kernel version against the CPU reference, on fresh random inputs and
  *        awkward shapes: what `mhar-toy check` prints and what tests/cuda asserts.
  *

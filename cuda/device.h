@@ -1,5 +1,6 @@
 /**
  * @file device.h
+ * @ingroup cuda
  * @brief The GPU as the rest of the project sees it: is there one, what is it called, and a
  *        float buffer in its memory that owns itself (RAII) and copies to and from the host.
  *

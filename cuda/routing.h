@@ -1,5 +1,6 @@
 /**
  * @file routing.h
+ * @ingroup cuda
  * @brief Depth routing at one site (DESIGN.md §1) on the GPU, fp32: the CUDA twin of
  *        reference/routing.h, same names and argument order.
  *
@@ -53,6 +54,11 @@ inline constexpr int kFusedMaxWidth = 8192;
  * @param sources  N × P × d: the raw sources S_0 … S_{N-1}
  * @param q        d: pseudo-query (read as H slices)
  * @param g        d: key gain
+ * @param N        sources
+ * @param P        positions
+ * @param d        model width
+ * @param H        routing heads; must divide d
+ * @param v        kernel version (Fused by default)
  */
 void routing_forward(float* out, float* alpha, const float* sources, const float* q, const float* g,
                      int N, int P, int d, int H, RoutingVersion v = RoutingVersion::Fused);
@@ -70,7 +76,10 @@ void routing_forward(float* out, float* alpha, const float* sources, const float
  * @param dout     P × d, ∂loss/∂out
  * @param out      P × d, the forward's output
  * @param alpha    N × P × H, the forward's routing weights
- * @param sources, q, g  as in the forward
+ * @param sources  N × P × d, as in the forward
+ * @param q        d, as in the forward
+ * @param g        d, as in the forward
+ * @param N, P, d, H, v  as in the forward
  */
 void routing_backward(float* dsources, float* dq, float* dg, const float* dout, const float* out,
                       const float* alpha, const float* sources, const float* q, const float* g,

@@ -1,5 +1,6 @@
 /**
  * @file layers.h
+ * @ingroup reference
  * @brief The tiny decoder's building blocks (DESIGN.md §2), forward and backward, CPU reference:
  *        RMSNorm, linear, RoPE, causal grouped-query self-attention, SwiGLU MLP, embedding with
  *        the tied LM head, softmax cross-entropy.

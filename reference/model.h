@@ -1,5 +1,6 @@
 /**
  * @file model.h
+ * @ingroup reference
  * @brief The tiny Qwen3-style decoder (DESIGN.md §2) in all five residual modes, CPU reference:
  *        configuration, parameters, forward (loss), backward (every parameter gradient).
  *

@@ -1,5 +1,6 @@
 /**
  * @file optim.h
+ * @ingroup reference
  * @brief AdamW with decoupled weight decay, and global-norm gradient clipping, CPU reference.
  *
  * AdamW (Loshchilov & Hutter), one step t ≥ 1 for a parameter θ with gradient γ:

@@ -1,5 +1,6 @@
 /**
  * @file routing.h
+ * @ingroup reference
  * @brief Depth routing at one site (DESIGN.md §1): forward and backward, CPU reference.
  *
  * A routing site mixes N earlier sub-layer outputs ("sources", each P × d) into one P × d input.

@@ -1,5 +1,6 @@
 /**
  * @file tensor.h
+ * @ingroup reference
  * @brief The few types every reference function shares: row-major Eigen matrices, a seeded
  *        random generator, and the argument checks that turn bad shapes into clear exceptions.
  *

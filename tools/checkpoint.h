@@ -1,5 +1,6 @@
 /**
  * @file checkpoint.h
+ * @ingroup tools
  * @brief Model checkpoints and optimiser state as safetensors files (docs/checkpoint-format.md).
  *
  * checkpoint.safetensors holds every parameter tensor under the names of Params::for_each, in

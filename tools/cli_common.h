@@ -1,5 +1,6 @@
 /**
  * @file cli_common.h
+ * @ingroup tools
  * @brief Shared pieces of mhar-toy's command line: the model-shape flags every subcommand that
  *        builds a model accepts, and the registration function of each subcommand.
  */

@@ -39,8 +39,8 @@ Subcommand register_train(CLI::App& app) {
   cmd->add_option("--clip", o->clip, "global gradient-norm clipping (0 = off)");
   cmd->add_option("--seed", o->seed, "seed of the initialisation and the batches");
   cmd->add_option("--data", o->data, "training text (any file: bytes are tokens)");
-  auto* out = cmd->add_option(
-      "--out,-o", o->out, "run directory (default runs/<mode>-h<H>-seed<seed>, never overwritten)");
+  auto* out = cmd->add_option("--out,-o", o->out, "run directory (never overwritten)");
+  out->default_str("runs/<mode>-h<H>-seed<seed>");
   cmd->add_option("--device", o->device, "auto | cpu | cuda");
   cmd->add_option("--val-fraction", o->val_fraction, "held-out tail of the data for validation");
   cmd->add_option("--eval-every", o->eval_every, "validate every N steps");

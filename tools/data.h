@@ -1,5 +1,6 @@
 /**
  * @file data.h
+ * @ingroup tools
  * @brief The byte-level corpus: any file is a sequence of bytes 0…255. A contiguous tail is held
  *        out for validation; training batches are random windows drawn from a generator seeded
  *        by (seed, step), so a resumed run sees exactly the batches of an uninterrupted one.

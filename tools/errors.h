@@ -1,5 +1,6 @@
 /**
  * @file errors.h
+ * @ingroup tools
  * @brief What mhar-toy's exit codes mean, and the exceptions that carry them.
  *
  *   0  success

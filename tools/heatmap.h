@@ -1,5 +1,6 @@
 /**
  * @file heatmap.h
+ * @ingroup tools
  * @brief Where each routing head looks: the mean routing weight α over real text, as a
  *        [site × source] matrix per head (PNG, SVG, CSV, JSON), and how much the heads
  *        disagree at each site (mean pairwise Jensen–Shannon divergence, PNG and SVG).

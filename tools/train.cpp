@@ -235,11 +235,13 @@ int run_loop(const TrainOptions& o, const fs::path& dir, Params<float>& p, Param
   const bool tty = isatty(STDERR_FILENO) && !o.quiet;
   if (!o.quiet)
     fmt::print(stderr,
-               "mhar-toy train: {} (H={}), d={} L={} heads={}/{} ffn={} T={}, {} parameters; "
+               "mhar-toy train: {}{}, d={} L={} heads={}/{} ffn={} T={}, {} parameters; "
                "{} steps of {} × {} bytes on the {}; data {} ({} train / {} val bytes) → {}\n",
-               mode_name(o.cfg.mode), o.cfg.route_heads(), o.cfg.d, o.cfg.L, o.cfg.n_head,
-               o.cfg.n_kv_head, o.cfg.ffn, o.cfg.T, count_params(p), o.steps, o.batch, o.cfg.T,
-               device, o.data, corpus.train.size(), corpus.val.size(), dir.string());
+               mode_name(o.cfg.mode),
+               o.cfg.routed() ? fmt::format(" (H={})", o.cfg.route_heads()) : std::string(),
+               o.cfg.d, o.cfg.L, o.cfg.n_head, o.cfg.n_kv_head, o.cfg.ffn, o.cfg.T, count_params(p),
+               o.steps, o.batch, o.cfg.T, device, o.data, corpus.train.size(), corpus.val.size(),
+               dir.string());
 
   g_interrupted = false;
   auto old_handler = std::signal(SIGINT, on_sigint);

@@ -1,5 +1,6 @@
 /**
  * @file train.h
+ * @ingroup tools
  * @brief `mhar-toy train`: the training loop on the CPU reference, with a run directory
  *        (config.json, metrics.jsonl, metrics.csv, checkpoint.safetensors, optimizer.safetensors,
  *        heatmaps/), warmup + cosine learning rate, AdamW, clipping, validation, exact resume.

@@ -1,5 +1,6 @@
 /**
  * @file figures.h
+ * @ingroup tools
  * @brief Figures for mhar-toy as SVG (text) and PNG: routing-weight heatmaps (one panel per
  *        routing head, shared colour bar), line plots (training curves) and bar charts.
  *

@@ -1,5 +1,6 @@
 /**
  * @file safetensors.h
+ * @ingroup tools
  * @brief Reading and writing the safetensors format (checkpoints of mhar-toy), and the atomic
  *        file write every output of the tools goes through.
  *

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Smoke test of one course lab: runs the commands of tutorial/<lab>/README.md exactly as written,
+# only with fewer steps, so the README and what the tools do cannot drift apart.
+#
+#   tests/labs/run_lab_commands.sh README SOURCE_DIR BUILD_DIR
+#
+# The README marks what to run with HTML comments (invisible on GitHub and in Doxygen):
+#   <!-- lab-commands -->              … fenced sh blocks …  <!-- /lab-commands -->
+#       run as one bash script (set -euo pipefail); must exit 0
+#   <!-- lab-commands gpu -->          … <!-- /lab-commands -->
+#       each line on its own; exit 0 (ran on a GPU) or 4 (no GPU here) are both accepted
+#   <!-- lab-commands expect-fail -->  … <!-- /lab-commands -->
+#       each line on its own; must exit non-zero (lab 4's untouched skeleton)
+#   <!-- lab-expect: PATH … -->
+#       files (globs allowed) that must exist once every block has run
+# Commands run from a fresh temporary directory holding `data` → SOURCE_DIR/data and
+# `build` → BUILD_DIR, so `build/tools/mhar-toy … --data data/…` works as printed in the lab.
+# Fewer steps: every `--steps N`, `--heatmap-every N`, `--eval-every N`, `--ckpt-every N` and
+# `--repeats N` becomes ceil(N / LAB_STEP_DIVISOR) (default 100), which keeps their order (a
+# resume to 500 after 300 still trains further). OMP_NUM_THREADS defaults to 1: ctest runs the
+# labs side by side.
+# LAB_STEP_DIVISOR=1 LAB_DIR=DIR runs a lab at full size in DIR and keeps it (to time a lab).
+set -euo pipefail
+readme=$(cd "$(dirname "$1")" && pwd)/$(basename "$1") src=$(cd "$2" && pwd) build=$(cd "$3" && pwd)
+divisor=${LAB_STEP_DIVISOR:-100}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+
+if [ -n "${LAB_DIR:-}" ]; then
+  mkdir -p "$LAB_DIR"
+  work=$(cd "$LAB_DIR" && pwd)
+else
+  work=$(mktemp -d "${TMPDIR:-/tmp}/mhar-lab.XXXXXX")
+  trap 'rm -rf "$work"' EXIT
+fi
+ln -sfn "$src/data" "$work/data"
+ln -sfn "$build" "$work/build"
+cd "$work"
+
+# extract KIND: prints the fenced-block lines of every `<!-- lab-commands KIND -->` region.
+extract() {
+  awk -v want="$1" '
+    /^<!-- lab-commands( [a-z-]+)? -->$/ {
+      kind = $0; sub(/^<!-- lab-commands ?/, "", kind); sub(/ ?-->$/, "", kind)
+      inside = (kind == want); next }
+    /^<!-- \/lab-commands -->$/ { inside = 0; fence = 0; next }
+    inside && /^```/ { fence = !fence; next }
+    inside && fence { print }
+  ' "$readme" |
+    perl -pe 's/(--(?:steps|heatmap-every|eval-every|ckpt-every|repeats)[ =])(\d+)/$1 . int(($2 + '"$divisor"' - 1) \/ '"$divisor"')/ge'
+}
+
+ran=0
+script=$(extract "")
+if [ -n "$script" ]; then
+  printf '%s\n' "--- commands (steps ÷ $divisor):" "$script" "---"
+  bash -euo pipefail -c "$script"
+  ran=1
+fi
+
+while IFS= read -r line; do
+  [ -z "$line" ] && continue
+  echo "--- GPU command (exit 0 or 4 accepted): $line"
+  code=0
+  bash -c "$line" || code=$?
+  if [ "$code" -ne 0 ] && [ "$code" -ne 4 ]; then
+    echo "FAIL: exit $code (expected 0 on a GPU, 4 without one)"
+    exit 1
+  fi
+  echo "exit $code"
+  ran=1
+done < <(extract gpu)
+
+while IFS= read -r line; do
+  [ -z "$line" ] && continue
+  echo "--- command that must fail: $line"
+  if bash -c "$line"; then
+    echo "FAIL: exited 0, expected a failure"
+    exit 1
+  fi
+  ran=1
+done < <(extract expect-fail)
+
+if [ "$ran" -eq 0 ]; then
+  echo "FAIL: $readme has no <!-- lab-commands --> block"
+  exit 1
+fi
+
+missing=0
+# Word splitting is intended: a lab-expect line lists patterns separated by spaces.
+# shellcheck disable=SC2013
+for pattern in $(sed -n 's/^<!-- lab-expect: \(.*\) -->$/\1/p' "$readme"); do
+  if ! compgen -G "$pattern" > /dev/null; then
+    echo "FAIL: expected file missing: $pattern"
+    missing=1
+  fi
+done
+[ "$missing" -eq 0 ] && echo "lab commands ran; expected files present"
+exit "$missing"
