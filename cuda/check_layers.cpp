@@ -76,33 +76,9 @@ DeviceBuffer poisoned(std::size_t count) {
   return b;
 }
 
-double max_abs_diff(const std::vector<double>& truth, const std::vector<float>& x) {
-  if (truth.size() != x.size()) return std::numeric_limits<double>::infinity();
-  double worst = 0;
-  for (std::size_t k = 0; k < truth.size(); ++k) {
-    const double e = std::abs(double(x[k]) - truth[k]);
-    if (!(e <= worst)) worst = std::isnan(e) ? std::numeric_limits<double>::infinity() : e;
-  }
-  return worst;
-}
-
 CheckRow compare(const std::string& op, const LayerShape& s, const std::vector<double>& truth,
                  const std::vector<float>& ref_float, const std::vector<float>& gpu) {
-  double scale = 0;
-  for (double t : truth) scale = std::max(scale, std::abs(t));
-  const double unit = scale > 0 ? scale : 1.0;
-  const double ref_err = max_abs_diff(truth, ref_float);
-  const double gpu_err = max_abs_diff(truth, gpu);
-  // STYLE.md §7: a small multiple of the float reference's own error (check_routing.h says why).
-  const double tol = 8.0 * ref_err + 1e-6 * scale;
-  CheckRow r;
-  r.op = op;
-  r.version = "v1";
-  r.worst_rel_err = gpu_err / unit;
-  r.tolerance = tol / unit;
-  r.pass = gpu_err <= tol;
-  r.shape = describe(s);
-  return r;
+  return compare_with_truth(op, "v1", describe(s), truth, ref_float, gpu);
 }
 
 unsigned mix_seed(unsigned seed, const LayerShape& s, unsigned salt) {

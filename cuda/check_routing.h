@@ -47,6 +47,15 @@ struct CheckRow {
 /// "fused backward dq N=9 P=1000 d=256 H=4: worst relative error 1.2e-07 (tolerance 3.4e-07) ok"
 std::string format_check_row(const CheckRow& r);
 
+/// max_k |x_k − truth_k| (infinite on a NaN or a size mismatch).
+double max_abs_diff(const std::vector<double>& truth, const std::vector<float>& x);
+
+/// One comparison row: the GPU result passes when max |gpu − truth| ≤ 8 · max |ref_float − truth|
+/// + 1e-6 · max |truth| (the tolerance above); errors are reported relative to max |truth|.
+CheckRow compare_with_truth(const std::string& op, const std::string& version,
+                            const std::string& shape, const std::vector<double>& truth,
+                            const std::vector<float>& ref_float, const std::vector<float>& gpu);
+
 /// The awkward shapes every version is checked on: N = 1, H = 1, H = d, K = d/H not a power of
 /// two, P odd and P = 1, d = 1, d not a multiple of 32, a large shape, wide d (up to 6144: 16
 /// columns per thread, > 48 KB of shared memory in the fused backward), and enough positions

@@ -18,41 +18,12 @@
 #include "cuda/device.h"
 #include "cuda/layers.h"
 #include "cuda/optim.h"
+#include "cuda_test_util.h"
 #include "tensor.h"
 
 using namespace mhar::cuda;
 
-namespace {
-
-/// True when a CUDA device is present; otherwise announces the skip (see the file comment).
-bool have_gpu() {
-  std::string why;
-  if (device_count(&why) > 0) return true;
-  WARN("MHAR_SKIP: no CUDA device (" << why << ")");
-  return false;
-}
-
-std::vector<float> random_vector(mhar::Rng& rng, std::size_t n, double mean = 0.0,
-                                 double sd = 1.0) {
-  std::vector<float> v(n);
-  for (auto& x : v) x = static_cast<float>(rng.normal(mean, sd));
-  return v;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-void check_rows(const std::vector<CheckRow>& rows) {
-  for (const auto& r : rows) {
-    const std::string line = format_check_row(r);
-    std::printf("check %s\n", line.c_str());
-    INFO(line);
-    CHECK(r.pass);
-  }
-}
-
-}  // namespace
+using namespace mhar::cuda::test;
 
 TEST_CASE("rmsnorm twin matches the reference (y, rinv, dx, dgain accumulating)", "[gpu][layers]") {
   if (!have_gpu()) return;
