@@ -42,6 +42,7 @@
 #include <utility>
 
 #include "cuda_check.cuh"
+#include "launch.cuh"
 #include "routing.h"
 
 namespace mhar::cuda {
@@ -540,41 +541,9 @@ __global__ void __launch_bounds__(kFusedMaxBlock)
 // Host side: argument checks, scratch memory, launches.
 // ============================================================================================
 
-/// Scratch device memory for one call, stream-ordered on the default stream (no device-wide
-/// synchronisation); falls back to cudaMalloc where memory pools are not supported.
-class Scratch {
- public:
-  explicit Scratch(std::size_t count) {
-    if (count == 0) return;
-    const std::size_t bytes = count * sizeof(float);
-    void* p = nullptr;
-    cudaError_t status = cudaMallocAsync(&p, bytes, 0);
-    if (status == cudaErrorNotSupported) {
-      cudaGetLastError();
-      async_ = false;
-      status = cudaMalloc(&p, bytes);
-    }
-    if (status != cudaSuccess) {
-      cudaGetLastError();
-      throw std::runtime_error("routing: scratch allocation of " + std::to_string(bytes) +
-                               " bytes failed: " + cudaGetErrorString(status));
-    }
-    ptr_ = static_cast<float*>(p);
-  }
-  ~Scratch() {
-    if (!ptr_) return;
-    if (async_)
-      cudaFreeAsync(ptr_, 0);
-    else
-      cudaFree(ptr_);
-  }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  float* get() const { return ptr_; }
-
- private:
-  float* ptr_ = nullptr;
-  bool async_ = true;
+/// Scratch device memory for one call (cuda/launch.cuh's, shared with the layer twins).
+struct Scratch : detail::Scratch<float> {
+  explicit Scratch(std::size_t count) : detail::Scratch<float>(count, "routing") {}
 };
 
 void require(bool ok, const std::string& where, const std::string& message) {

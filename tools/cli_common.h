@@ -15,6 +15,8 @@ namespace mhar::toy {
 
 /// Adds --mode, --heads, --d, --layers, --n-head, --n-kv-head, --ffn, --seq-len, --blocks.
 void add_model_flags(CLI::App& cmd, Config& cfg, std::string& mode);
+/// The config those flags describe, validated; throws UsageError (exit 2) naming what is wrong.
+Config model_config(Config cfg, const std::string& mode);
 
 /// Each subcommand registers itself on `app` and returns the function that executes it once the
 /// command line is parsed (returning an exit code; errors.h).

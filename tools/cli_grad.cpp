@@ -49,17 +49,7 @@ Subcommand register_grad(CLI::App& app) {
               cfg = ck.cfg;
               p = cast_params<double>(ck.params);
             } else {
-              cfg = o->cfg;
-              try {
-                cfg.mode = parse_mode(o->mode);
-              } catch (const ShapeError& e) {
-                throw UsageError(std::string("--mode: ") + e.what());
-              }
-              try {
-                cfg.validate();
-              } catch (const ShapeError& e) {
-                throw UsageError(e.what());
-              }
+              cfg = model_config(o->cfg, o->mode);
               Rng rng(o->seed);
               p = cast_params<double>(init_params<float>(cfg, rng));  // the float init, exactly
             }

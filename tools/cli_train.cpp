@@ -23,6 +23,16 @@ void add_model_flags(CLI::App& cmd, Config& cfg, std::string& mode) {
   cmd.add_option("--blocks", cfg.n_blocks, "blocks for the block and delta modes");
 }
 
+Config model_config(Config cfg, const std::string& mode) {
+  try {
+    cfg.mode = parse_mode(mode);
+    cfg.validate();
+  } catch (const ShapeError& e) {
+    throw UsageError(e.what());
+  }
+  return cfg;
+}
+
 Subcommand register_train(CLI::App& app) {
   auto o = std::make_shared<TrainOptions>();
   auto mode = std::make_shared<std::string>("mhar");
@@ -57,11 +67,7 @@ Subcommand register_train(CLI::App& app) {
   return {cmd, [o, mode, resume_dir, out, steps]() -> int {
             if (!resume_dir->empty())
               return resume(*resume_dir, steps->count() ? o->steps : 0, o->quiet);
-            try {
-              o->cfg.mode = parse_mode(*mode);
-            } catch (const ShapeError& e) {
-              throw UsageError(std::string("--mode: ") + e.what());
-            }
+            o->cfg = model_config(o->cfg, *mode);
             if (out->count() == 0) {
               validate(*o);
               const std::string base = "runs/" + *mode + "-h" +

@@ -248,6 +248,12 @@ int run_loop(const TrainOptions& o, const fs::path& dir, Params<float>& p, Param
   const auto t0 = std::chrono::steady_clock::now();
   double last_val = std::nan("");
   long step = start_step;
+  long last_saved = start_step;  // a resumed run starts from its checkpoint; a fresh one has none
+  const auto kept = [&] {
+    return last_saved > 0 ? fmt::format("the last good checkpoint (step {}) is kept in {}",
+                                        last_saved, dir.string())
+                          : std::string("no checkpoint had been written yet");
+  };
   int code = kOk;
   Params<float> grads;
   Cache<float> cache;
@@ -261,19 +267,17 @@ int run_loop(const TrainOptions& o, const fs::path& dir, Params<float>& p, Param
     const Batch b = random_batch(corpus.train, o.batch, o.cfg.T, o.seed, s);
     const float loss = model_forward<float>(o.cfg, p, b.tokens, b.targets, o.batch, &cache);
     if (!std::isfinite(loss))
-      throw DivergedError(fmt::format(
-          "the training loss became {} at step {}; stopping. The last good checkpoint (step {}) "
-          "is kept in {}. Try a smaller --lr or a tighter --clip.",
-          loss, s, (step / o.ckpt_every) * o.ckpt_every, dir.string()));
+      throw DivergedError(
+          fmt::format("the training loss became {} at step {}; stopping: {}. Try "
+                      "a smaller --lr or a tighter --clip.",
+                      loss, s, kept()));
     model_backward(grads, o.cfg, p, cache);
     std::vector<Mat<float>*> gl;
     grads.for_each([&](const std::string&, Mat<float>& g, bool) { gl.push_back(&g); });
     const double gnorm = clip_grad_norm<float>(gl, o.clip);
     if (!std::isfinite(gnorm))
       throw DivergedError(
-          fmt::format("the gradient norm became {} at step {}; stopping (last good "
-                      "checkpoint kept in {}).",
-                      gnorm, s, dir.string()));
+          fmt::format("the gradient norm became {} at step {}; stopping: {}.", gnorm, s, kept()));
     const double lr = learning_rate(o, s);
     {
       std::vector<Mat<float>*> pm, mm, vm;
@@ -313,9 +317,11 @@ int run_loop(const TrainOptions& o, const fs::path& dir, Params<float>& p, Param
                  lr, tps, fmt_duration(eta));
     }
     if (o.heatmap_every > 0 && s % o.heatmap_every == 0) heatmaps(dir, o, p, corpus, s);
-    if (s % o.ckpt_every == 0 || s == o.steps) save_state(dir, o, p, m, v, s);
+    if (s % o.ckpt_every == 0 || s == o.steps || g_interrupted) {
+      save_state(dir, o, p, m, v, s);
+      last_saved = s;
+    }
     if (g_interrupted) {
-      if (s % o.ckpt_every != 0 && s != o.steps) save_state(dir, o, p, m, v, s);
       fmt::print(stderr,
                  "\ninterrupted: checkpoint of step {} saved in {}; continue with "
                  "`mhar-toy train --resume {}`\n",
