@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "cuda/layers.h"
+#include "cuda/linear.h"
 #include "cuda/optim.h"
 #include "reference/layers.h"
 #include "reference/optim.h"
@@ -241,6 +242,69 @@ std::vector<CheckRow> check_swiglu(const LayerShape& s, unsigned seed) {
                   flatten(dx_f.rightCols(s.f)), dup.download())};
 }
 
+std::vector<CheckRow> check_linear(const LayerShape& s, unsigned seed) {
+  require_device("check_linear");
+  Rng rng(mix_seed(seed, s, 8));
+  const Drawn x = draw(rng, s.P, s.d), W = draw(rng, s.d, s.f, 0.0, 0.2), dy = draw(rng, s.P, s.f);
+  Drawn dW = draw(rng, s.d, s.f);  // += starts from random values
+  Mat<double> y_d, dx_d, dW_d = dW.d;
+  Mat<float> y_f, dx_f, dW_f = dW.f;
+  mhar::linear_forward<double>(y_d, x.d, W.d);
+  mhar::linear_forward<float>(y_f, x.f, W.f);
+  mhar::linear_backward<double>(dx_d, dW_d, dy.d, x.d, W.d);
+  mhar::linear_backward<float>(dx_f, dW_f, dy.f, x.f, W.f);
+
+  DeviceBuffer d_x(flatten(x.f)), d_W(flatten(W.f)), d_dy(flatten(dy.f)), d_dW(flatten(dW.f));
+  DeviceBuffer y = poisoned(numel(s.P, s.f)), dx = poisoned(numel(s.P, s.d));
+  linear_forward(y.data(), d_x.data(), d_W.data(), s.P, s.d, s.f);
+  linear_backward(dx.data(), d_dW.data(), d_dy.data(), d_x.data(), d_W.data(), s.P, s.d, s.f);
+  return {compare("linear_forward y", s, flatten(y_d), flatten(y_f), y.download()),
+          compare("linear_backward dx", s, flatten(dx_d), flatten(dx_f), dx.download()),
+          compare("linear_backward dW", s, flatten(dW_d), flatten(dW_f), d_dW.download())};
+}
+
+std::vector<CheckRow> check_mlp(const LayerShape& s, unsigned seed) {
+  require_device("check_mlp");
+  Rng rng(mix_seed(seed, s, 9));
+  const Drawn x = draw(rng, s.P, s.d), wg = draw(rng, s.d, s.f, 0.0, 0.3),
+              wu = draw(rng, s.d, s.f, 0.0, 0.3), wd = draw(rng, s.f, s.d, 0.0, 0.3),
+              dy = draw(rng, s.P, s.d);
+  Drawn dwg = draw(rng, s.d, s.f), dwu = draw(rng, s.d, s.f), dwd = draw(rng, s.f, s.d);
+  Mat<double> y_d, dx_d, dwg_d = dwg.d, dwu_d = dwu.d, dwd_d = dwd.d;
+  Mat<float> y_f, dx_f, dwg_f = dwg.f, dwu_f = dwu.f, dwd_f = dwd.f;
+  MlpSaved<double> sv_d;
+  MlpSaved<float> sv_f;
+  mhar::mlp_forward<double>(y_d, sv_d, x.d, wg.d, wu.d, wd.d);
+  mhar::mlp_forward<float>(y_f, sv_f, x.f, wg.f, wu.f, wd.f);
+  DeviceBuffer d_x(flatten(x.f)), d_wg(flatten(wg.f)), d_wu(flatten(wu.f)), d_wd(flatten(wd.f)),
+      d_dy(flatten(dy.f)), d_dwg(flatten(dwg.f)), d_dwu(flatten(dwu.f)), d_dwd(flatten(dwd.f));
+  DeviceBuffer y = poisoned(numel(s.P, s.d)), gate = poisoned(numel(s.P, s.f)),
+               up = poisoned(numel(s.P, s.f)), dx = poisoned(numel(s.P, s.d));
+  mlp_forward(y.data(), gate.data(), up.data(), d_x.data(), d_wg.data(), d_wu.data(), d_wd.data(),
+              s.P, s.d, s.f);
+  std::vector<CheckRow> rows{
+      compare("mlp_forward y", s, flatten(y_d), flatten(y_f), y.download()),
+      compare("mlp_forward gate", s, flatten(sv_d.gate), flatten(sv_f.gate), gate.download()),
+      compare("mlp_forward up", s, flatten(sv_d.up), flatten(sv_f.up), up.download())};
+
+  // Backward, from the double forward's gate and up rounded to float.
+  MlpSaved<float> saved_f{sv_d.gate.cast<float>(), sv_d.up.cast<float>()};
+  MlpSaved<double> saved_d{saved_f.gate.cast<double>(), saved_f.up.cast<double>()};
+  mhar::mlp_backward<double>(dx_d, dwg_d, dwu_d, dwd_d, dy.d, saved_d, x.d, wg.d, wu.d, wd.d);
+  mhar::mlp_backward<float>(dx_f, dwg_f, dwu_f, dwd_f, dy.f, saved_f, x.f, wg.f, wu.f, wd.f);
+  DeviceBuffer d_gate(flatten(saved_f.gate)), d_up(flatten(saved_f.up));
+  mlp_backward(dx.data(), d_dwg.data(), d_dwu.data(), d_dwd.data(), d_dy.data(), d_gate.data(),
+               d_up.data(), d_x.data(), d_wg.data(), d_wu.data(), d_wd.data(), s.P, s.d, s.f);
+  rows.push_back(compare("mlp_backward dx", s, flatten(dx_d), flatten(dx_f), dx.download()));
+  rows.push_back(
+      compare("mlp_backward dw_gate", s, flatten(dwg_d), flatten(dwg_f), d_dwg.download()));
+  rows.push_back(
+      compare("mlp_backward dw_up", s, flatten(dwu_d), flatten(dwu_f), d_dwu.download()));
+  rows.push_back(
+      compare("mlp_backward dw_down", s, flatten(dwd_d), flatten(dwd_f), d_dwd.download()));
+  return rows;
+}
+
 std::vector<CheckRow> check_embedding(const LayerShape& s, unsigned seed) {
   require_device("check_embedding");
   Rng rng(mix_seed(seed, s, 4));
@@ -368,21 +432,10 @@ std::vector<CheckRow> check_layers(unsigned seed) {
   require_device("check_layers");
   std::vector<CheckRow> rows;
   for (const LayerShape& s : layer_check_shapes())
-    for (auto check : {check_rmsnorm, check_rope, check_swiglu, check_embedding,
-                       check_cross_entropy, check_adamw, check_clip})
+    for (auto check : {check_rmsnorm, check_rope, check_swiglu, check_linear, check_mlp,
+                       check_embedding, check_cross_entropy, check_adamw, check_clip})
       for (auto& r : check(s, seed)) rows.push_back(std::move(r));
   return rows;
-}
-
-DeviceBuffer upload_ints(const std::vector<int>& host) {
-  static_assert(sizeof(int) == sizeof(float), "tokens travel in a float buffer");
-  std::vector<float> bits(host.size());
-  if (!host.empty()) std::memcpy(bits.data(), host.data(), host.size() * sizeof(int));
-  return DeviceBuffer(bits);
-}
-
-const int* device_ints(const DeviceBuffer& buffer) {
-  return reinterpret_cast<const int*>(buffer.data());
 }
 
 }  // namespace mhar::cuda

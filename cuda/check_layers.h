@@ -1,7 +1,7 @@
 /**
  * @file check_layers.h
  * @ingroup cuda
- * @brief Every layer and optimiser twin (cuda/layers.h, cuda/optim.h) against the CPU
+ * @brief Every layer and optimiser twin (cuda/layers.h, cuda/linear.h, cuda/optim.h) against the CPU
  *        reference, on fresh random inputs and awkward shapes: what tests/cuda asserts.
  *
  * Tolerance (STYLE.md §7), as in check_routing.h: truth is the reference (reference/layers.cpp,
@@ -55,6 +55,10 @@ std::vector<CheckRow> check_rmsnorm(const LayerShape& s, unsigned seed);
 std::vector<CheckRow> check_rope(const LayerShape& s, unsigned seed);
 /// "swiglu_forward h", "swiglu_backward dgate", "swiglu_backward dup".
 std::vector<CheckRow> check_swiglu(const LayerShape& s, unsigned seed);
+/// "linear_forward y", "linear_backward dx", "linear_backward dW" (cuBLAS; in = d, out = f).
+std::vector<CheckRow> check_linear(const LayerShape& s, unsigned seed);
+/// "mlp_forward y|gate|up", "mlp_backward dx|dw_gate|dw_up|dw_down" (cuBLAS + SwiGLU middle).
+std::vector<CheckRow> check_mlp(const LayerShape& s, unsigned seed);
 /// "embedding_forward x", "embedding_backward dE".
 std::vector<CheckRow> check_embedding(const LayerShape& s, unsigned seed);
 /// "cross_entropy_forward loss", "cross_entropy_forward probs", "cross_entropy_backward dlogits".
@@ -67,11 +71,5 @@ std::vector<CheckRow> check_clip(const LayerShape& s, unsigned seed);
 /// Every check above on every shape of layer_check_shapes(). Throws std::runtime_error when
 /// there is no CUDA device.
 std::vector<CheckRow> check_layers(unsigned seed);
-
-/// Ints on the device: DeviceBuffer holds floats, an int is as wide as a float and cudaMemcpy
-/// copies bytes, so a token list travels bit for bit. Pass device_ints(buffer) to the kernels.
-DeviceBuffer upload_ints(const std::vector<int>& host);
-/// The device ints of a buffer filled by upload_ints.
-const int* device_ints(const DeviceBuffer& buffer);
 
 }  // namespace mhar::cuda

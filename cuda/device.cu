@@ -2,6 +2,7 @@
  * @file device.cu
  * @brief device.h: device queries and the RAII float buffer, every CUDA call checked.
  */
+#include <cstring>
 #include <stdexcept>
 #include <utility>
 
@@ -30,6 +31,13 @@ std::string device_name(int device) {
   check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
   return std::string(prop.name) + " (sm_" + std::to_string(prop.major) +
          std::to_string(prop.minor) + ", " + std::to_string(prop.multiProcessorCount) + " SMs)";
+}
+
+void memory_info(std::size_t* free_bytes, std::size_t* total_bytes) {
+  std::size_t f = 0, t = 0;
+  check(cudaMemGetInfo(&f, &t), "cudaMemGetInfo");
+  if (free_bytes) *free_bytes = f;
+  if (total_bytes) *total_bytes = t;
 }
 
 void synchronize() {
@@ -92,6 +100,27 @@ std::vector<float> DeviceBuffer::download() const {
 void DeviceBuffer::fill_bytes(unsigned char byte) {
   if (count_ == 0) return;
   check(cudaMemset(ptr_, byte, count_ * sizeof(float)), "DeviceBuffer::fill_bytes (cudaMemset)");
+}
+
+namespace {
+std::vector<float> int_bits(const std::vector<int>& host) {
+  static_assert(sizeof(int) == sizeof(float), "tokens travel in a float buffer");
+  std::vector<float> bits(host.size());
+  if (!host.empty()) std::memcpy(bits.data(), host.data(), host.size() * sizeof(int));
+  return bits;
+}
+}  // namespace
+
+DeviceBuffer upload_ints(const std::vector<int>& host) {
+  return DeviceBuffer(int_bits(host));
+}
+
+void upload_ints(DeviceBuffer& buffer, const std::vector<int>& host) {
+  buffer.upload(int_bits(host));
+}
+
+const int* device_ints(const DeviceBuffer& buffer) {
+  return reinterpret_cast<const int*>(buffer.data());
 }
 
 }  // namespace mhar::cuda

@@ -31,6 +31,10 @@ int device_count(std::string* why = nullptr);
 /// "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)"; throws std::runtime_error if `device` is not valid.
 std::string device_name(int device = 0);
 
+/// Free and total bytes of the current device's memory (cudaMemGetInfo); throws
+/// std::runtime_error when CUDA fails.
+void memory_info(std::size_t* free_bytes, std::size_t* total_bytes);
+
 /// Waits for every launched kernel; throws std::runtime_error if one of them failed.
 void synchronize();
 
@@ -68,5 +72,13 @@ class DeviceBuffer {
   float* ptr_ = nullptr;
   std::size_t count_ = 0;
 };
+
+/// Ints on the device: DeviceBuffer holds floats, an int is as wide as a float and cudaMemcpy
+/// copies bytes, so a token list travels bit for bit. Pass device_ints(buffer) to the kernels.
+DeviceBuffer upload_ints(const std::vector<int>& host);
+/// Copies host ints into an existing buffer of host.size() elements (no allocation).
+void upload_ints(DeviceBuffer& buffer, const std::vector<int>& host);
+/// The device ints of a buffer filled by upload_ints.
+const int* device_ints(const DeviceBuffer& buffer);
 
 }  // namespace mhar::cuda

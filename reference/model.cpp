@@ -182,22 +182,9 @@ long count_params(const Params<T>& p) {
 
 // ---- Which sources each routing site reads --------------------------------------------------
 
+// Primitive index of the null source ν (delta mode): model.h's kNullSource.
 namespace {
-
-/// Primitive index of the null source ν (delta mode).
-constexpr int kNull = -1;
-
-/**
- * The sources of routing site j as groups of primitives (0 = E, k + 1 = out_k, kNull = ν):
- *   attnres, mhar: {0}, {1}, …, {j}
- *   block:  {0}, one group per completed block, the current block's partial sum (if non-empty)
- *   delta:  {ν} then as block
- * Site 2L is the final read.
- */
-struct SourceGroup {
-  std::string name;        ///< "emb", "attn0", "mlp0", "block1", "partial", "null"
-  std::vector<int> prims;  ///< the primitives this source sums
-};
+constexpr int kNull = kNullSource;
 
 std::string prim_name(int k) {
   if (k == kNull) return "null";
@@ -205,7 +192,15 @@ std::string prim_name(int k) {
   const int j = k - 1;
   return (j % 2 == 0 ? "attn" : "mlp") + std::to_string(j / 2);
 }
+}  // namespace
 
+/*
+ * The sources of routing site j as groups of primitives (0 = E, k + 1 = out_k, kNull = ν):
+ *   attnres, mhar: {0}, {1}, …, {j}
+ *   block:  {0}, one group per completed block, the current block's partial sum (if non-empty)
+ *   delta:  {ν} then as block
+ * Site 2L is the final read.
+ */
 std::vector<SourceGroup> site_groups(const Config& cfg, int j) {
   std::vector<SourceGroup> groups;
   if (cfg.mode == Mode::AttnRes || cfg.mode == Mode::Mhar) {
@@ -229,6 +224,8 @@ std::vector<SourceGroup> site_groups(const Config& cfg, int j) {
   }
   return groups;
 }
+
+namespace {
 
 /// Materialises site j's sources from the primitives (block and delta modes).
 template <typename T>

@@ -145,6 +145,23 @@ Mat<T> model_logits(const Config& cfg, const Params<T>& p, const std::vector<int
 template <typename T>
 void model_backward(Params<T>& grads, const Config& cfg, const Params<T>& p, const Cache<T>& cache);
 
+/// The primitive index site_groups uses for the null source ν (delta mode).
+inline constexpr int kNullSource = -1;
+
+/// One routing source of a site, as the primitives it sums (0 = E, k + 1 = out_k, kNullSource = ν).
+struct SourceGroup {
+  std::string name;        ///< "emb", "attn0", "mlp0", "block1", "partial", "null"
+  std::vector<int> prims;  ///< the primitives this source sums
+};
+
+/**
+ * @brief The sources routing site `site` reads (site 2L is the final read), in order:
+ *   attnres, mhar: {E}, {out_0}, …, {out_{site−1}};
+ *   block: {E}, one group per completed block, the current block's partial sum (if non-empty);
+ *   delta: {ν}, then as block.
+ */
+std::vector<SourceGroup> site_groups(const Config& cfg, int site);
+
 /// Describes source i of routing site s ("emb", "attn0", "mlp0", "block1", "partial", "null", …).
 std::vector<std::string> site_source_names(const Config& cfg, int site);
 /// Names the routing sites ("attn0", "mlp0", …, "final").

@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
+#include <map>
 #include <memory>
 
 #include "cli_common.h"
@@ -17,8 +19,12 @@
 
 #ifdef MHAR_WITH_CUDA
 #include "cuda/bench_routing.h"
+#include "cuda/check_attention.h"
+#include "cuda/check_layers.h"
+#include "cuda/check_model.h"
 #include "cuda/check_routing.h"
 #include "cuda/device.h"
+#include "cuda/model.h"
 #endif
 #ifdef _OPENMP
 #include <omp.h>
@@ -86,6 +92,37 @@ struct StepBench {
   }
 };
 
+#ifdef MHAR_WITH_CUDA
+/// StepBench on the GPU (cuda/model.h): the same step, parameters and batch, every tensor on
+/// the device; timed from the first launch until the GPU has finished the AdamW step.
+struct GpuStepBench {
+  Config cfg;
+  int batch;
+  mhar::cuda::DeviceParams p, m, v, g;
+  mhar::cuda::DeviceCache cache;
+  std::vector<int> x, y;
+  long step = 0;
+
+  GpuStepBench(const Config& c, int b) : cfg(c), batch(b), p(c), m(c), v(c), g(c), cache(c, b) {
+    const StepBench host(c, b);  // the same initial parameters and batch as the CPU bench
+    p.upload(host.p);
+    x = host.x;
+    y = host.y;
+  }
+
+  double run() {
+    mhar::cuda::synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    mhar::cuda::model_forward(cfg, p, x, y, batch, cache);
+    mhar::cuda::model_backward(g, cfg, p, cache);
+    mhar::cuda::clip_grad_norm(g, 1.0);
+    mhar::cuda::adamw_step(p, m, v, g, ++step, 1e-3, AdamWHyper{});
+    mhar::cuda::synchronize();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+};
+#endif
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -96,7 +133,9 @@ double median(std::vector<double> v) {
 Subcommand register_check(CLI::App& app) {
   auto seed = std::make_shared<unsigned>(1);
   auto* cmd = app.add_subcommand(
-      "check", "Compare every CUDA routing kernel with the CPU reference on this machine's GPU");
+      "check",
+      "Compare every CUDA kernel and the whole GPU training step with the CPU reference on this "
+      "machine's GPU");
   cmd->add_option("--seed", *seed, "seed of the random inputs");
   return {cmd, [seed]() -> int {
             const std::string why = cuda_unavailable();
@@ -106,15 +145,46 @@ Subcommand register_check(CLI::App& app) {
             }
 #ifdef MHAR_WITH_CUDA
             fmt::print("device: {}\n", mhar::cuda::device_name(0));
-            fmt::print("{:<20} {:<8} {:<26} {:>12} {:>12}  {}\n", "op", "version", "shape",
+            fmt::print("{:<34} {:<7} {:<40} {:>10} {:>10}  {}\n", "op", "version", "shape",
                        "worst rel", "tolerance", "verdict");
-            int failed = 0;
-            for (const auto& r : mhar::cuda::check_routing(*seed)) {
-              fmt::print("{:<20} {:<8} {:<26} {:>12.3e} {:>12.3e}  {}\n", r.op, r.version, r.shape,
+            int failed = 0, rows = 0;
+            auto print = [&](const mhar::cuda::CheckRow& r) {
+              fmt::print("{:<34} {:<7} {:<40} {:>10.2e} {:>10.2e}  {}\n", r.op, r.version, r.shape,
                          r.worst_rel_err, r.tolerance, r.pass ? "pass" : "FAIL");
+            };
+            auto count = [&](const mhar::cuda::CheckRow& r) {
+              ++rows;
               failed += r.pass ? 0 : 1;
+            };
+            for (const auto& r : mhar::cuda::check_routing(*seed)) count(r), print(r);
+            for (const auto& r : mhar::cuda::check_layers(*seed)) count(r), print(r);
+            for (const auto& r : mhar::cuda::check_attention(*seed)) count(r), print(r);
+            // The model: every gradient tensor is compared; the table shows, per case and step,
+            // the loss and the gradient closest to its tolerance (a failing one always shows).
+            for (const auto& c : mhar::cuda::model_check_cases()) {
+              std::map<std::string, mhar::cuda::CheckRow> worst;
+              std::vector<std::string> order;
+              for (const auto& r : mhar::cuda::check_model_step(c, 3, *seed)) {
+                count(r);
+                if (r.op.find(" loss") != std::string::npos || !r.pass) {
+                  print(r);
+                  continue;
+                }
+                const std::string step = r.op.substr(0, r.op.find(" grad "));
+                auto ratio = [](const mhar::cuda::CheckRow& x) {
+                  return x.tolerance > 0 ? x.worst_rel_err / x.tolerance : x.worst_rel_err;
+                };
+                if (!worst.count(step)) order.push_back(step);
+                if (!worst.count(step) || ratio(r) > ratio(worst[step])) worst[step] = r;
+              }
+              for (const auto& step : order) {
+                mhar::cuda::CheckRow r = worst[step];
+                r.op = step + " grads, worst " + r.op.substr(r.op.find(" grad ") + 6);
+                print(r);
+              }
             }
-            fmt::print("{}\n", failed == 0 ? "all pass" : fmt::format("{} FAILED", failed));
+            fmt::print("{} comparisons: {}\n", rows,
+                       failed == 0 ? "all pass" : fmt::format("{} FAILED", failed));
             return failed == 0 ? kOk : kFailure;
 #else
             return kUnavailable;
@@ -122,82 +192,183 @@ Subcommand register_check(CLI::App& app) {
           }};
 }
 
+namespace {
+
+/// One timed training step per mode, the modes taking turns (so a change in the machine's load
+/// hits them alike); prints the median step time of each and its ratio to the first (residual).
+void print_step_table(const std::vector<Config>& configs, int batch,
+                      const std::vector<std::function<double()>>& runs, int repeats) {
+  for (const auto& run : runs) run();  // warm-up: caches, allocations, cuBLAS heuristics
+  std::vector<std::vector<double>> times(runs.size());
+  for (int r = 0; r < repeats; ++r)
+    for (std::size_t k = 0; k < runs.size(); ++k) times[k].push_back(runs[k]());
+  const double residual = median(times[0]);
+  fmt::print("{:<10} {:>4} {:>12} {:>12} {:>14}\n", "mode", "H", "step (ms)", "tokens/s",
+             "÷ residual");
+  for (std::size_t k = 0; k < runs.size(); ++k) {
+    const Config& c = configs[k];
+    const double s = median(times[k]);
+    fmt::print("{:<10} {:>4} {:>12.2f} {:>12.0f} {:>13.3f}×\n", mode_name(c.mode),
+               c.mode == Mode::Residual ? std::string("-") : std::to_string(c.route_heads()),
+               s * 1e3, batch * c.T / s, s / residual);
+  }
+}
+
+/// residual, attnres, mhar variants of `base`, validated.
+std::vector<Config> step_modes(const Config& base) {
+  std::vector<Config> out;
+  for (Mode m : {Mode::Residual, Mode::AttnRes, Mode::Mhar}) {
+    Config c = base;
+    c.mode = m;
+    try {
+      c.validate();
+    } catch (const ShapeError& e) {
+      throw UsageError(e.what());
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+/// Times training steps of residual, attnres and mhar on `device` ("cpu" or "cuda").
+void bench_steps(const Config& base, int batch, int repeats, const std::string& device) {
+  const std::vector<Config> configs = step_modes(base);
+  std::vector<std::function<double()>> runs;
+  if (device == "cpu") {
+    auto benches = std::make_shared<std::vector<StepBench>>();
+    for (const Config& c : configs) benches->emplace_back(c, batch);
+    for (std::size_t k = 0; k < configs.size(); ++k)
+      runs.push_back([benches, k] { return (*benches)[k].run(); });
+  } else {
+#ifdef MHAR_WITH_CUDA
+    auto benches = std::make_shared<std::vector<std::unique_ptr<GpuStepBench>>>();
+    for (const Config& c : configs) benches->push_back(std::make_unique<GpuStepBench>(c, batch));
+    for (std::size_t k = 0; k < configs.size(); ++k)
+      runs.push_back([benches, k] { return (*benches)[k]->run(); });
+#endif
+  }
+  print_step_table(configs, batch, runs, repeats);
+}
+
+/// The paper's 100M shape (L = 12, d = 512, H = 4) at P = 32 × 512 = 16384 positions.
+Config paper_100m() {
+  Config c;
+  c.d = 512;
+  c.L = 12;
+  c.n_head = 8;
+  c.n_kv_head = 4;
+  c.ffn = 1376;  // ≈ 8/3 · d, a multiple of 32
+  c.T = 512;
+  c.H = 4;
+  return c;
+}
+constexpr int kPaperBatch = 32;
+
+}  // namespace
+
 Subcommand register_bench(CLI::App& app) {
   struct Opts {
     std::string what = "step", mode_list = "residual,attnres,mhar";
     Config cfg;
     std::string mode = "mhar";
+    std::string device = "cpu";
     int batch = 16, repeats = 5, threads = 0;
-    int N = 9, P = 16384, d = 512, H = 4;
+    int N = 0, P = 0, d = 0, H = 0;
+    bool kernels_only = false;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd =
-      app.add_subcommand("bench", "Measure speed: `bench step` (CPU) or `bench routing` (GPU)");
+      app.add_subcommand("bench",
+                         "Measure speed: `bench step` (a training step per mode, CPU or GPU) or "
+                         "`bench routing` (the CUDA routing kernels and the GPU step ratio)");
   cmd->add_option("what", o->what, "step | routing");
   add_model_flags(*cmd, o->cfg, o->mode);
   cmd->add_option("--batch,-B", o->batch, "step: sequences per step");
   cmd->add_option("--repeats", o->repeats, "timed repetitions (median for step, mean for routing)");
-  cmd->add_option("--threads", o->threads, "step: CPU threads (0 = all cores)");
-  cmd->add_option("--sources,-N", o->N, "routing: sources N (a site of the paper's 100M shape)");
+  cmd->add_option("--threads", o->threads, "step on the CPU: threads (0 = all cores)");
+  cmd->add_option("--device", o->device, "step: cpu | cuda | auto");
+  cmd->add_option("--sources,-N", o->N,
+                  "routing: sources N (default: the tiny and the paper's 100M shapes)");
   cmd->add_option("--positions,-P", o->P, "routing: positions P");
   cmd->add_option("--width", o->d, "routing: width d");
   cmd->add_option("--route-heads", o->H, "routing: heads H");
+  cmd->add_flag("--kernels-only", o->kernels_only,
+                "routing: leave out the GPU training-step ratios");
   return {cmd, [o]() -> int {
             if (o->repeats < 1) throw UsageError("--repeats must be at least 1");
+            if (o->what != "step" && o->what != "routing")
+              throw UsageError("bench: what must be step or routing, got '" + o->what + "'");
+            if (o->device != "cpu" && o->device != "cuda" && o->device != "auto")
+              throw UsageError("--device must be auto, cpu or cuda, got '" + o->device + "'");
+            const std::string why = cuda_unavailable();
             if (o->what == "step") {
+              std::string device = o->device;
+              if (device == "auto") device = why.empty() ? "cuda" : "cpu";
+              if (device == "cuda" && !why.empty()) {
+                fmt::print(stderr, "mhar-toy bench step --device cuda: cannot run: {}\n", why);
+                return kUnavailable;
+              }
 #ifdef _OPENMP
               if (o->threads > 0) omp_set_num_threads(o->threads);
+              const int threads = omp_get_max_threads();
+#else
+              const int threads = 1;
 #endif
-              const Config base = o->cfg;
+              const Config& base = o->cfg;
               fmt::print(
-                  "CPU training step (forward + backward + AdamW), d={} L={} T={} batch={}, "
-                  "{} interleaved repeats, median:\n",
+                  "{} training step (forward + backward + clipping + AdamW), d={} L={} T={} "
+                  "batch={}, {} interleaved repeats, median:\n",
+                  device == "cpu" ? fmt::format("CPU ({} threads)", threads)
+#ifdef MHAR_WITH_CUDA
+                                  : "GPU " + mhar::cuda::device_name(0),
+#else
+                                  : std::string("GPU"),
+#endif
                   base.d, base.L, base.T, o->batch, o->repeats);
-              std::vector<StepBench> benches;
-              for (Mode m : {Mode::Residual, Mode::AttnRes, Mode::Mhar}) {
-                Config c = base;
-                c.mode = m;
-                try {
-                  c.validate();
-                } catch (const ShapeError& e) {
-                  throw UsageError(e.what());
-                }
-                benches.emplace_back(c, o->batch);
-                benches.back().run();  // warm-up: caches, allocations
-              }
-              // Modes take turns, so a change in the machine's load hits them alike.
-              std::vector<std::vector<double>> times(benches.size());
-              for (int r = 0; r < o->repeats; ++r)
-                for (std::size_t k = 0; k < benches.size(); ++k)
-                  times[k].push_back(benches[k].run());
-              const double residual = median(times[0]);
-              fmt::print("{:<10} {:>4} {:>12} {:>12} {:>14}\n", "mode", "H", "step (ms)",
-                         "tokens/s", "÷ residual");
-              for (std::size_t k = 0; k < benches.size(); ++k) {
-                const Config& c = benches[k].cfg;
-                const double s = median(times[k]);
-                fmt::print(
-                    "{:<10} {:>4} {:>12.1f} {:>12.0f} {:>13.3f}×\n", mode_name(c.mode),
-                    c.mode == Mode::Residual ? std::string("-") : std::to_string(c.route_heads()),
-                    s * 1e3, o->batch * c.T / s, s / residual);
-              }
+              bench_steps(base, o->batch, o->repeats, device);
               return kOk;
             }
-            if (o->what != "routing")
-              throw UsageError("bench: what must be step or routing, got '" + o->what + "'");
-            const std::string why = cuda_unavailable();
             if (!why.empty()) {
               fmt::print(stderr, "mhar-toy bench routing: cannot run: {}\n", why);
               return kUnavailable;
             }
 #ifdef MHAR_WITH_CUDA
-            fmt::print("device: {}; routing N={} P={} d={} H={}\n", mhar::cuda::device_name(0),
-                       o->N, o->P, o->d, o->H);
-            fmt::print("{:<10} {:<8} {:>10} {:>12} {:>10} {:>8}\n", "op", "version", "ms", "MB",
-                       "GB/s", "% copy");
-            for (const auto& r : mhar::cuda::bench_routing(o->N, o->P, o->d, o->H, o->repeats))
-              fmt::print("{:<10} {:<8} {:>10.4f} {:>12.2f} {:>10.1f} {:>7.1f}%\n", r.op, r.version,
-                         r.ms, r.bytes / 1e6, r.gbps, r.pct_copy);
+            struct Shape {
+              std::string name;
+              int N, P, d, H;
+            };
+            std::vector<Shape> shapes;
+            if (o->N > 0 || o->P > 0 || o->d > 0 || o->H > 0) {
+              if (o->N < 1 || o->P < 1 || o->d < 1 || o->H < 1)
+                throw UsageError("give all of --sources, --positions, --width, --route-heads");
+              shapes.push_back({"given", o->N, o->P, o->d, o->H});
+            } else {
+              // the final site (the widest read) of each model: N = 2L + 1
+              shapes.push_back({"tiny", 2 * Config().L + 1, 16 * Config().T, Config().d, 4});
+              const Config big = paper_100m();
+              shapes.push_back({"paper 100M", 2 * big.L + 1, kPaperBatch * big.T, big.d, big.H});
+            }
+            fmt::print("device: {}\n", mhar::cuda::device_name(0));
+            for (const Shape& sh : shapes) {
+              fmt::print("routing, {} shape: N={} P={} d={} H={} (bytes: docs/kernels.md)\n",
+                         sh.name, sh.N, sh.P, sh.d, sh.H);
+              fmt::print("{:<10} {:<8} {:>10} {:>12} {:>10} {:>8}\n", "op", "version", "ms", "MB",
+                         "GB/s", "% copy");
+              for (const auto& r : mhar::cuda::bench_routing(sh.N, sh.P, sh.d, sh.H, o->repeats))
+                fmt::print("{:<10} {:<8} {:>10.4f} {:>12.2f} {:>10.1f} {:>7.1f}%\n", r.op,
+                           r.version, r.ms, r.bytes / 1e6, r.gbps, r.pct_copy);
+            }
+            if (!o->kernels_only) {
+              Config tiny;
+              tiny.H = 4;
+              fmt::print("GPU training step, tiny shape: d={} L={} T={} batch 16\n", tiny.d, tiny.L,
+                         tiny.T);
+              bench_steps(tiny, 16, o->repeats, "cuda");
+              const Config big = paper_100m();
+              fmt::print("GPU training step, paper 100M shape: d={} L={} T={} batch {} (P = {})\n",
+                         big.d, big.L, big.T, kPaperBatch, kPaperBatch * big.T);
+              bench_steps(big, kPaperBatch, o->repeats, "cuda");
+            }
             return kOk;
 #else
             return kUnavailable;

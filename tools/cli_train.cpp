@@ -37,7 +37,8 @@ Subcommand register_train(CLI::App& app) {
   auto o = std::make_shared<TrainOptions>();
   auto mode = std::make_shared<std::string>("mhar");
   auto resume_dir = std::make_shared<std::string>();
-  auto* cmd = app.add_subcommand("train", "Train a tiny model on a text file (CPU reference)");
+  auto* cmd = app.add_subcommand(
+      "train", "Train a tiny model on a text file (on the GPU when there is one, else the CPU)");
   add_model_flags(*cmd, o->cfg, *mode);
   cmd->add_option("--steps", o->steps, "optimizer steps");
   cmd->add_option("--batch,-B", o->batch, "sequences per step");

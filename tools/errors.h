@@ -38,4 +38,10 @@ class DivergedError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// The command needs a GPU (or a CUDA build) that is not here (exit 4).
+class UnavailableError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 }  // namespace mhar::toy

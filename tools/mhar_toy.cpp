@@ -53,6 +53,9 @@ int main(int argc, char** argv) {
   } catch (const mhar::ShapeError& e) {
     fmt::print(stderr, "mhar-toy: error: {}\n", e.what());
     return kUsage;
+  } catch (const UnavailableError& e) {
+    fmt::print(stderr, "mhar-toy: unavailable: {}\n", e.what());
+    return kUnavailable;
   } catch (const DivergedError& e) {
     fmt::print(stderr, "\nmhar-toy: diverged: {}\n", e.what());
     return kDiverged;

@@ -14,6 +14,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <numbers>
 
 #include "checkpoint.h"
@@ -22,6 +23,11 @@
 #include "figures.h"
 #include "heatmap.h"
 #include "optim.h"
+
+#ifdef MHAR_WITH_CUDA
+#include "cuda/device.h"
+#include "cuda/model.h"
+#endif
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -129,14 +135,144 @@ extern "C" void on_sigint(int) {
   g_interrupted = true;
 }
 
-/// The device the run uses; only the CPU reference trains until the CUDA training step lands.
+/// Whether this build and machine can train on the GPU; `why` says why not.
+bool cuda_available(std::string* why) {
+#ifdef MHAR_WITH_CUDA
+  std::string reason;
+  if (mhar::cuda::device_count(&reason) > 0) return true;
+  if (why) *why = "no CUDA device (" + reason + ")";
+  return false;
+#else
+  if (why) *why = "this mhar-toy was built without CUDA (no nvcc at configure time)";
+  return false;
+#endif
+}
+
+/// The device the run uses: "cpu" or "cuda". `auto` takes the GPU when there is one.
 std::string pick_device(const std::string& requested) {
+  std::string why;
+  if (requested == "cpu") return "cpu";
+  if (cuda_available(&why)) return "cuda";
   if (requested == "cuda")
-    throw UsageError(
-        "--device cuda: training on the GPU is not available in this build yet (the CUDA routing "
-        "kernels exist and `mhar-toy check` verifies them; the full GPU training step is "
-        "issue #4). Use --device cpu or auto.");
+    throw UnavailableError("--device cuda: " + why + ". Use --device cpu (or auto).");
   return "cpu";
+}
+
+/// What a training step needs from the device it runs on. Both backends run the same steps in
+/// the same order; only where the tensors live differs.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  /// Forward on a batch, keeping what the backward needs; returns the mean loss.
+  virtual float forward(const Batch& b) = 0;
+  /// Gradients of the last forward.
+  virtual void backward() = 0;
+  /// Global-norm clipping of the gradients; returns the norm before clipping.
+  virtual double clip(double max_norm) = 0;
+  /// One AdamW step on every tensor.
+  virtual void adamw(long step, double lr, const AdamWHyper& hyper) = 0;
+  /// Loss of a batch (validation).
+  virtual float loss(const Batch& b) = 0;
+  /// Brings the host's parameters and moments up to date (before a checkpoint or a heatmap).
+  virtual void sync() = 0;
+  /// "CPU (2 threads)", "GPU NVIDIA H100 …".
+  virtual std::string describe() const = 0;
+};
+
+/// The CPU reference, on the host tensors themselves.
+class CpuBackend : public Backend {
+ public:
+  CpuBackend(const Config& cfg, int batch, Params<float>& p, Params<float>& m, Params<float>& v)
+      : cfg_(cfg), batch_(batch), p_(p), m_(m), v_(v) {}
+  float forward(const Batch& b) override {
+    return model_forward<float>(cfg_, p_, b.tokens, b.targets, batch_, &cache_);
+  }
+  void backward() override { model_backward(grads_, cfg_, p_, cache_); }
+  double clip(double max_norm) override {
+    std::vector<Mat<float>*> gl;
+    grads_.for_each([&](const std::string&, Mat<float>& g, bool) { gl.push_back(&g); });
+    return clip_grad_norm<float>(gl, max_norm);
+  }
+  void adamw(long step, double lr, const AdamWHyper& hyper) override {
+    std::vector<Mat<float>*> pm, mm, vm, gm;
+    std::vector<bool> decay;
+    p_.for_each([&](const std::string&, Mat<float>& t, bool dc) {
+      pm.push_back(&t);
+      decay.push_back(dc);
+    });
+    m_.for_each([&](const std::string&, Mat<float>& t, bool) { mm.push_back(&t); });
+    v_.for_each([&](const std::string&, Mat<float>& t, bool) { vm.push_back(&t); });
+    grads_.for_each([&](const std::string&, Mat<float>& t, bool) { gm.push_back(&t); });
+    for (std::size_t k = 0; k < pm.size(); ++k)
+      adamw_step(*pm[k], *mm[k], *vm[k], *gm[k], step, lr, hyper, decay[k]);
+  }
+  float loss(const Batch& b) override {
+    return model_forward<float>(cfg_, p_, b.tokens, b.targets, batch_, nullptr);
+  }
+  void sync() override {}
+  std::string describe() const override {
+#ifdef _OPENMP
+    return fmt::format("CPU ({} threads)", omp_get_max_threads());
+#else
+    return "CPU (1 thread)";
+#endif
+  }
+
+ private:
+  const Config& cfg_;
+  int batch_;
+  Params<float>&p_, &m_, &v_;
+  Params<float> grads_;
+  Cache<float> cache_;
+};
+
+#ifdef MHAR_WITH_CUDA
+/// The CUDA twin (cuda/model.h): parameters, moments, gradients and activations stay on the GPU;
+/// only the loss, the gradient norm and, for checkpoints and heatmaps, the tensors come back.
+class CudaBackend : public Backend {
+ public:
+  CudaBackend(const Config& cfg, int batch, Params<float>& p, Params<float>& m, Params<float>& v)
+      : cfg_(cfg),
+        batch_(batch),
+        host_p_(p),
+        host_m_(m),
+        host_v_(v),
+        p_(cfg, p),
+        m_(cfg, m),
+        v_(cfg, v),
+        g_(cfg),
+        cache_(cfg, batch) {}
+  float forward(const Batch& b) override {
+    return mhar::cuda::model_forward(cfg_, p_, b.tokens, b.targets, batch_, cache_);
+  }
+  void backward() override { mhar::cuda::model_backward(g_, cfg_, p_, cache_); }
+  double clip(double max_norm) override { return mhar::cuda::clip_grad_norm(g_, max_norm); }
+  void adamw(long step, double lr, const AdamWHyper& hyper) override {
+    mhar::cuda::adamw_step(p_, m_, v_, g_, step, lr, hyper);
+  }
+  float loss(const Batch& b) override { return forward(b); }
+  void sync() override {
+    host_p_ = p_.download();
+    host_m_ = m_.download();
+    host_v_ = v_.download();
+  }
+  std::string describe() const override { return "GPU " + mhar::cuda::device_name(0); }
+
+ private:
+  const Config& cfg_;
+  int batch_;
+  Params<float>&host_p_, &host_m_, &host_v_;
+  mhar::cuda::DeviceParams p_, m_, v_, g_;
+  mhar::cuda::DeviceCache cache_;
+};
+#endif
+
+std::unique_ptr<Backend> make_backend(const std::string& device, const Config& cfg, int batch,
+                                      Params<float>& p, Params<float>& m, Params<float>& v) {
+#ifdef MHAR_WITH_CUDA
+  if (device == "cuda") return std::make_unique<CudaBackend>(cfg, batch, p, m, v);
+#endif
+  return std::make_unique<CpuBackend>(cfg, batch, p, m, v);
 }
 
 std::string fmt_duration(double s) {
@@ -148,11 +284,11 @@ std::string fmt_duration(double s) {
 }
 
 /// Mean validation loss over the same eval_batches windows at every evaluation.
-double validation_loss(const TrainOptions& o, const Params<float>& p, const Corpus& corpus) {
+double validation_loss(const TrainOptions& o, Backend& backend, const Corpus& corpus) {
   double total = 0;
   for (int k = 0; k < o.eval_batches; ++k) {
     const Batch b = random_batch(corpus.val, o.batch, o.cfg.T, o.seed, k, /*stream=*/1);
-    total += model_forward<float>(o.cfg, p, b.tokens, b.targets, o.batch, nullptr);
+    total += backend.loss(b);
   }
   return total / o.eval_batches;
 }
@@ -230,6 +366,7 @@ int run_loop(const TrainOptions& o, const fs::path& dir, Params<float>& p, Param
 #ifdef _OPENMP
   if (o.threads > 0) omp_set_num_threads(o.threads);
 #endif
+  const std::unique_ptr<Backend> backend = make_backend(device, o.cfg, o.batch, p, m, v);
   Metrics metrics;
   metrics.open(dir, start_step);
   const bool tty = isatty(STDERR_FILENO) && !o.quiet;
@@ -240,8 +377,8 @@ int run_loop(const TrainOptions& o, const fs::path& dir, Params<float>& p, Param
                mode_name(o.cfg.mode),
                o.cfg.routed() ? fmt::format(" (H={})", o.cfg.route_heads()) : std::string(),
                o.cfg.d, o.cfg.L, o.cfg.n_head, o.cfg.n_kv_head, o.cfg.ffn, o.cfg.T, count_params(p),
-               o.steps, o.batch, o.cfg.T, device, o.data, corpus.train.size(), corpus.val.size(),
-               dir.string());
+               o.steps, o.batch, o.cfg.T, backend->describe(), o.data, corpus.train.size(),
+               corpus.val.size(), dir.string());
 
   g_interrupted = false;
   auto old_handler = std::signal(SIGINT, on_sigint);
@@ -255,44 +392,29 @@ int run_loop(const TrainOptions& o, const fs::path& dir, Params<float>& p, Param
                           : std::string("no checkpoint had been written yet");
   };
   int code = kOk;
-  Params<float> grads;
-  Cache<float> cache;
-  std::vector<std::string> names;
-  p.for_each([&](const std::string& n, const Mat<float>&, bool) { names.push_back(n); });
+  float last_loss = std::nanf("");
 
   if (start_step == 0 && o.heatmap_every > 0) heatmaps(dir, o, p, corpus, 0);
   while (step < o.steps) {
     const long s = step + 1;
     const auto ts = std::chrono::steady_clock::now();
     const Batch b = random_batch(corpus.train, o.batch, o.cfg.T, o.seed, s);
-    const float loss = model_forward<float>(o.cfg, p, b.tokens, b.targets, o.batch, &cache);
+    const float loss = backend->forward(b);
     if (!std::isfinite(loss))
       throw DivergedError(
           fmt::format("the training loss became {} at step {}; stopping: {}. Try "
                       "a smaller --lr or a tighter --clip.",
                       loss, s, kept()));
-    model_backward(grads, o.cfg, p, cache);
-    std::vector<Mat<float>*> gl;
-    grads.for_each([&](const std::string&, Mat<float>& g, bool) { gl.push_back(&g); });
-    const double gnorm = clip_grad_norm<float>(gl, o.clip);
+    last_loss = loss;
+    backend->backward();
+    const double gnorm = backend->clip(o.clip);
     if (!std::isfinite(gnorm))
       throw DivergedError(
           fmt::format("the gradient norm became {} at step {}; stopping: {}.", gnorm, s, kept()));
     const double lr = learning_rate(o, s);
-    {
-      std::vector<Mat<float>*> pm, mm, vm;
-      std::vector<bool> decay;
-      p.for_each([&](const std::string&, Mat<float>& t, bool dc) {
-        pm.push_back(&t);
-        decay.push_back(dc);
-      });
-      m.for_each([&](const std::string&, Mat<float>& t, bool) { mm.push_back(&t); });
-      v.for_each([&](const std::string&, Mat<float>& t, bool) { vm.push_back(&t); });
-      AdamWHyper hy;
-      hy.weight_decay = o.weight_decay;
-      for (std::size_t k = 0; k < pm.size(); ++k)
-        adamw_step(*pm[k], *mm[k], *vm[k], *gl[k], s, lr, hy, decay[k]);
-    }
+    AdamWHyper hy;
+    hy.weight_decay = o.weight_decay;
+    backend->adamw(s, lr, hy);
     step = s;
     const double step_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
@@ -300,7 +422,8 @@ int run_loop(const TrainOptions& o, const fs::path& dir, Params<float>& p, Param
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double tps = o.batch * o.cfg.T / step_s;
     double val = std::nan("");
-    if (s % o.eval_every == 0 || s == o.steps) last_val = val = validation_loss(o, p, corpus);
+    if (s % o.eval_every == 0 || s == o.steps)
+      last_val = val = validation_loss(o, *backend, corpus);
     metrics.write(s, loss, val, lr, gnorm, tps, elapsed);
     const double eta =
         elapsed / static_cast<double>(s - start_step) * static_cast<double>(o.steps - s);
@@ -316,8 +439,11 @@ int run_loop(const TrainOptions& o, const fs::path& dir, Params<float>& p, Param
                  o.steps, loss, std::isnan(val) ? std::string() : fmt::format("  val {:.4f}", val),
                  lr, tps, fmt_duration(eta));
     }
-    if (o.heatmap_every > 0 && s % o.heatmap_every == 0) heatmaps(dir, o, p, corpus, s);
-    if (s % o.ckpt_every == 0 || s == o.steps || g_interrupted) {
+    const bool heatmap_now = o.heatmap_every > 0 && s % o.heatmap_every == 0;
+    const bool save_now = s % o.ckpt_every == 0 || s == o.steps || g_interrupted;
+    if (heatmap_now || save_now) backend->sync();  // p, m, v on the host are current
+    if (heatmap_now) heatmaps(dir, o, p, corpus, s);
+    if (save_now) {
       save_state(dir, o, p, m, v, s);
       last_saved = s;
     }
@@ -336,7 +462,7 @@ int run_loop(const TrainOptions& o, const fs::path& dir, Params<float>& p, Param
       heatmaps(dir, o, p, corpus, o.steps);
     if (!o.quiet)
       fmt::print(stderr, "done: {} steps, final train loss {:.4f}, val loss {:.4f}; run in {}\n",
-                 o.steps, cache.loss, last_val, dir.string());
+                 o.steps, last_loss, last_val, dir.string());
   }
   return code;
 }

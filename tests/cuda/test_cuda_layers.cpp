@@ -1,7 +1,7 @@
 /**
  * @file test_cuda_layers.cpp
- * @brief Layer and optimiser twins (cuda/layers.cu, cuda/optim.cu) against the CPU reference;
- *        the determinism of their reductions; and argument checks that need no GPU.
+ * @brief Layer and optimiser twins (cuda/layers.cu, cuda/linear.cu, cuda/optim.cu) against the CPU
+ * reference; the determinism of their reductions; and argument checks that need no GPU.
  *
  * The comparisons and their tolerance live in cuda/check_layers.cpp: each check poisons the
  * `=` outputs with NaN before the launch and starts the `+=` outputs from random values; this
@@ -17,7 +17,9 @@
 #include "cuda/check_layers.h"
 #include "cuda/device.h"
 #include "cuda/layers.h"
+#include "cuda/linear.h"
 #include "cuda/optim.h"
+#include "cuda/tensor_ops.h"
 #include "cuda_test_util.h"
 #include "tensor.h"
 
@@ -44,6 +46,21 @@ TEST_CASE("swiglu twin matches the reference MLP's middle step (h, dgate, dup)",
   const LayerShape s = GENERATE(from_range(layer_check_shapes()));
   CAPTURE(describe(s));
   check_rows(check_swiglu(s, 2024));
+}
+
+TEST_CASE("linear twin (cuBLAS) matches the reference (y, dx, dW accumulating)", "[gpu][layers]") {
+  if (!have_gpu()) return;
+  const LayerShape s = GENERATE(from_range(layer_check_shapes()));
+  CAPTURE(describe(s));
+  check_rows(check_linear(s, 2024));
+}
+
+TEST_CASE("SwiGLU MLP twin matches the reference (y, gate, up; dx, dW accumulating)",
+          "[gpu][layers]") {
+  if (!have_gpu()) return;
+  const LayerShape s = GENERATE(from_range(layer_check_shapes()));
+  CAPTURE(describe(s));
+  check_rows(check_mlp(s, 2024));
 }
 
 TEST_CASE("embedding twin matches the reference (x, dE accumulating)", "[gpu][layers]") {
@@ -186,4 +203,20 @@ TEST_CASE("layer and optimiser twins reject bad arguments before touching the de
   CHECK_THROWS_WITH(grad_sq_norm(p, p, 0), Contains("n = 0"));
   CHECK_THROWS_WITH(scale(nullptr, 0.5f, 4), Contains("x is a null pointer"));
   CHECK_THROWS_AS(scale(p, 0.5f, 0), std::invalid_argument);
+
+  CHECK_THROWS_WITH(gemm(false, false, 0, 2, 2, 1.f, p, p, 0.f, p), Contains("M = 0"));
+  CHECK_THROWS_WITH(gemm(false, false, 2, 2, 2, 1.f, p, nullptr, 0.f, p),
+                    Contains("B is a null pointer"));
+  CHECK_THROWS_WITH(linear_forward(p, p, p, 2, 0, 3), Contains("K = 0"));
+  CHECK_THROWS_WITH(linear_backward(p, nullptr, p, p, p, 2, 2, 3),
+                    Contains("dW is a null pointer"));
+  CHECK_THROWS_WITH(mlp_forward(p, p, p, p, p, p, p, 2, 4, 0), Contains("f = 0"));
+  CHECK_THROWS_WITH(mlp_backward(p, p, p, p, p, p, p, p, p, p, p, 2, 4, 3),
+                    Contains("dx must not alias dy"));
+
+  CHECK_THROWS_WITH(add(p, nullptr, 4), Contains("x is a null pointer"));
+  CHECK_THROWS_WITH(add_scaled(p, p, p, 0), Contains("n = 0"));
+  CHECK_THROWS_WITH(add_row(p, p, 0, 4), Contains("P = 0"));
+  CHECK_THROWS_WITH(column_sum_add(nullptr, p, 2, 2), Contains("out is a null pointer"));
+  CHECK_THROWS_WITH(dot_add(p, p, nullptr, 4), Contains("y is a null pointer"));
 }

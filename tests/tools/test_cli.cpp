@@ -59,6 +59,8 @@ const std::string kTiny =
     std::string(" --data ") + MHAR_DATA +
     " --d 32 --layers 2 --n-head 2 --n-kv-head 1 --ffn 48 --seq-len 32 --batch 4"
     " --eval-every 10 --eval-batches 2 --ckpt-every 10 --threads 1 -q";
+/// kTiny on the CPU reference, whatever this machine has.
+const std::string kTinyCpu = kTiny + " --device cpu";
 
 std::vector<nlohmann::json> metrics(const fs::path& run) {
   std::vector<nlohmann::json> rows;
@@ -78,7 +80,7 @@ double eval_loss(const fs::path& run) {
 
 TEST_CASE("a short training run lowers the loss and writes a complete run directory", "[cli]") {
   const fs::path d = scratch("train");
-  const Result r = toy("train" + kTiny + " --heads 4 --steps 60 --heatmap-every 30 --out " +
+  const Result r = toy("train" + kTinyCpu + " --heads 4 --steps 60 --heatmap-every 30 --out " +
                        (d / "run").string());
   INFO(r.out);
   REQUIRE(r.code == 0);
@@ -109,7 +111,8 @@ TEST_CASE("a short training run lowers the loss and writes a complete run direct
       CHECK(std::abs(sum - 1.0) < 1e-4);
     }
   // the same seed again gives the same losses (a new directory is chosen, nothing overwritten)
-  const Result again = toy("train" + kTiny + " --heads 4 --steps 60 --out " + (d / "run").string());
+  const Result again =
+      toy("train" + kTinyCpu + " --heads 4 --steps 60 --out " + (d / "run").string());
   CHECK(again.code == 2);
   CHECK_THAT(again.out, Contains("already holds a run"));
 }
@@ -118,14 +121,13 @@ TEST_CASE("resume produces exactly the losses of the uninterrupted run", "[cli][
   const fs::path d = scratch("resume");
   const std::string mode = GENERATE(std::string("mhar --heads 2"), std::string("block --heads 2"));
   CAPTURE(mode);
-  REQUIRE(toy("train" + kTiny + " --mode " + mode + " --steps 30 --out " + (d / "full").string())
+  REQUIRE(toy("train" + kTinyCpu + " --mode " + mode + " --steps 30 --out " + (d / "full").string())
               .code == 0);
-  REQUIRE(toy("train" + kTiny + " --mode " + mode + " --steps 30 --out " + (d / "part").string())
+  REQUIRE(toy("train" + kTinyCpu + " --mode " + mode + " --steps 30 --out " + (d / "part").string())
               .code == 0);
   // Cut the second run back to its step-10 checkpoint: train 10 steps fresh, then resume.
-  REQUIRE(
-      toy("train" + kTiny + " --mode " + mode + " --steps 10 --out " + (d / "cut").string()).code ==
-      0);
+  REQUIRE(toy("train" + kTinyCpu + " --mode " + mode + " --steps 10 --out " + (d / "cut").string())
+              .code == 0);
   const Result r = toy("train --resume " + (d / "cut").string() + " --steps 30 -q");
   INFO(r.out);
   REQUIRE(r.code == 0);
@@ -142,8 +144,9 @@ TEST_CASE("resume produces exactly the losses of the uninterrupted run", "[cli][
 TEST_CASE("convert keeps the loss of the residual model, then training continues",
           "[cli][convert]") {
   const fs::path d = scratch("convert");
-  REQUIRE(toy("train" + kTiny + " --mode residual --steps 20 --out " + (d / "res").string()).code ==
-          0);
+  REQUIRE(
+      toy("train" + kTinyCpu + " --mode residual --steps 20 --out " + (d / "res").string()).code ==
+      0);
   const Result c = toy("convert " + (d / "res").string() + " --out " + (d / "delta").string() +
                        " --heads 2 --steps 30");
   INFO(c.out);
@@ -211,7 +214,7 @@ TEST_CASE("a NaN loss stops training with exit 3 and keeps the last good checkpo
           "[cli][bad-input]") {
   const fs::path d = scratch("nan");
   const Result r =
-      toy("train" + kTiny + " --steps 20 --warmup 0 --lr 1e30 --clip 0 --ckpt-every 1 --out " +
+      toy("train" + kTinyCpu + " --steps 20 --warmup 0 --lr 1e30 --clip 0 --ckpt-every 1 --out " +
           (d / "run").string());
   INFO(r.out);
   CHECK(r.code == 3);
@@ -258,7 +261,7 @@ TEST_CASE("bad input gets a clear message and exit code 2", "[cli][bad-input]") 
     std::string args, message;
   };
   std::ofstream(d / "short.txt") << "too short";
-  REQUIRE(toy("train" + kTiny + " --steps 10 --out " + (d / "ok").string()).code == 0);
+  REQUIRE(toy("train" + kTinyCpu + " --steps 10 --out " + (d / "ok").string()).code == 0);
   // a truncated checkpoint, a corrupt one, and a checkpoint of another shape in a run directory
   fs::copy(d / "ok", d / "trunc", fs::copy_options::recursive);
   fs::resize_file(d / "trunc" / "checkpoint.safetensors",
@@ -266,27 +269,26 @@ TEST_CASE("bad input gets a clear message and exit code 2", "[cli][bad-input]") 
   fs::copy(d / "ok", d / "corrupt", fs::copy_options::recursive);
   std::ofstream(d / "corrupt" / "checkpoint.safetensors", std::ios::binary)
       << "\xff\xff\xff\xff garbage";
-  REQUIRE(toy("train" + kTiny + " --d 16 --steps 10 --out " + (d / "small").string()).code == 0);
+  REQUIRE(toy("train" + kTinyCpu + " --d 16 --steps 10 --out " + (d / "small").string()).code == 0);
   fs::copy(d / "ok", d / "mixed", fs::copy_options::recursive);
   fs::copy_file(d / "small" / "checkpoint.safetensors", d / "mixed" / "checkpoint.safetensors",
                 fs::copy_options::overwrite_existing);
   std::ofstream(d / "afile") << "x";
 
   const Case cases[] = {
-      {"train" + kTiny + " --heads 3 --out " + run, "routing heads H = 3 must divide d = 32"},
-      {"train" + kTiny + " --mode mha --out " + run, "unknown residual mode 'mha'"},
-      {"train" + kTiny + " --steps 0 --out " + run, "--steps must be positive"},
-      {"train" + kTiny + " --batch -2 --out " + run, "--batch must be positive"},
-      {"train" + kTiny + " --d 0 --out " + run, "d must be positive"},
-      {"train" + kTiny + " --n-head 3 --out " + run, "n_head = 3 must divide d = 32"},
-      {"train" + kTiny + " --lr -1 --out " + run, "--lr must be positive"},
-      {"train" + kTiny + " --device tpu --out " + run, "--device must be auto, cpu or cuda"},
-      {"train" + kTiny + " --device cuda --out " + run, "not available"},
-      {"train" + kTiny + " --data " + (d / "missing.txt").string() + " --out " + run,
+      {"train" + kTinyCpu + " --heads 3 --out " + run, "routing heads H = 3 must divide d = 32"},
+      {"train" + kTinyCpu + " --mode mha --out " + run, "unknown residual mode 'mha'"},
+      {"train" + kTinyCpu + " --steps 0 --out " + run, "--steps must be positive"},
+      {"train" + kTinyCpu + " --batch -2 --out " + run, "--batch must be positive"},
+      {"train" + kTinyCpu + " --d 0 --out " + run, "d must be positive"},
+      {"train" + kTinyCpu + " --n-head 3 --out " + run, "n_head = 3 must divide d = 32"},
+      {"train" + kTinyCpu + " --lr -1 --out " + run, "--lr must be positive"},
+      {"train" + kTinyCpu + " --device tpu --out " + run, "--device must be auto, cpu or cuda"},
+      {"train" + kTinyCpu + " --data " + (d / "missing.txt").string() + " --out " + run,
        "cannot open"},
-      {"train" + kTiny + " --data " + (d / "short.txt").string() + " --out " + run,
+      {"train" + kTinyCpu + " --data " + (d / "short.txt").string() + " --out " + run,
        "too short for sequences"},
-      {"train" + kTiny + " --out " + (d / "afile" / "sub").string(),
+      {"train" + kTinyCpu + " --out " + (d / "afile" / "sub").string(),
        "cannot create the output directory"},
       {"train --steps", "--steps"},
       {"train --bogus-flag", "bogus"},
@@ -308,4 +310,72 @@ TEST_CASE("bad input gets a clear message and exit code 2", "[cli][bad-input]") 
     CHECK_THAT(r.out, Contains(c.message));
   }
   CHECK_FALSE(fs::exists(run));  // nothing was created by the refused runs
+}
+
+/// Runs `train --device cuda` on kTiny: exit 4 means this machine has no GPU (or no CUDA build).
+Result train_on_gpu(const fs::path& out, const std::string& extra) {
+  return toy("train" + kTiny + " --device cuda" + extra + " --out " + out.string());
+}
+
+TEST_CASE("train on device cuda without a GPU exits 4, says why and creates nothing",
+          "[cli][bad-input]") {
+  const fs::path d = scratch("nogpu");
+  const Result r = train_on_gpu(d / "run", " --steps 2");
+  INFO(r.out);
+  if (r.code == 0) {
+    WARN(
+        "MHAR_SKIP: this machine has a GPU; the GPU run is tested by 'train on device cuda matches "
+        "the CPU'");
+    return;
+  }
+  CHECK(r.code == 4);
+  const bool says_why = r.out.find("no CUDA device") != std::string::npos ||
+                        r.out.find("built without CUDA") != std::string::npos;
+  CHECK(says_why);
+  CHECK_THAT(r.out, Contains("--device cpu"));
+  CHECK_FALSE(fs::exists(d / "run"));
+}
+
+TEST_CASE("train on device cuda matches the CPU: losses to float rounding, same run files",
+          "[cli][gpu]") {
+  const fs::path d = scratch("gpu");
+  const std::string mode = GENERATE(std::string("mhar --heads 4"), std::string("delta --heads 2"),
+                                    std::string("residual"));
+  CAPTURE(mode);
+  const Result g = train_on_gpu(d / "gpu", " --mode " + mode + " --steps 20 --heatmap-every 10");
+  INFO(g.out);
+  if (g.code == 4) {
+    WARN("MHAR_SKIP: no GPU here (" << g.out << ")");
+    return;
+  }
+  REQUIRE(g.code == 0);
+  REQUIRE(toy("train" + kTinyCpu + " --mode " + mode + " --steps 20 --heatmap-every 10 --out " +
+              (d / "cpu").string())
+              .code == 0);
+  const auto gm = metrics(d / "gpu"), cm = metrics(d / "cpu");
+  REQUIRE(gm.size() == 20);
+  REQUIRE(cm.size() == 20);
+  // Step 1 sees identical parameters: the losses differ by float rounding only. Later steps
+  // follow AdamW, which amplifies rounding where a gradient is near zero, so they are compared
+  // loosely: a wrong kernel is off by far more than 1 %.
+  CHECK(std::abs(gm[0].at("train_loss").get<double>() - cm[0].at("train_loss").get<double>()) <
+        1e-4);
+  for (std::size_t i = 0; i < gm.size(); ++i) {
+    CAPTURE(i);
+    const double a = gm[i].at("train_loss").get<double>(), b = cm[i].at("train_loss").get<double>();
+    CHECK(std::abs(a - b) < 1e-2 * b);
+  }
+  for (const char* f :
+       {"config.json", "metrics.csv", "checkpoint.safetensors", "optimizer.safetensors"})
+    CHECK(fs::exists(d / "gpu" / f));
+  if (mode != "residual") CHECK(fs::exists(d / "gpu" / "heatmaps" / "step_000020" / "heatmap.png"));
+  // resume on the GPU repeats the uninterrupted GPU run bit for bit (deterministic kernels)
+  REQUIRE(train_on_gpu(d / "cut", " --mode " + mode + " --steps 10").code == 0);
+  REQUIRE(toy("train --resume " + (d / "cut").string() + " --steps 20 -q").code == 0);
+  const auto cut = metrics(d / "cut");
+  REQUIRE(cut.size() == 20);
+  for (std::size_t i = 0; i < cut.size(); ++i) {
+    CAPTURE(i);
+    CHECK(cut[i].at("train_loss").get<double>() == gm[i].at("train_loss").get<double>());
+  }
 }
