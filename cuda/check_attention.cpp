@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "cuda/attention.h"
+#include "cuda/check_util.h"
 #include "cuda/device.h"
 #include "reference/layers.h"
 
@@ -16,18 +17,13 @@ namespace mhar::cuda {
 
 namespace {
 
-/// A random float matrix and its exact double copy: input rounding is not counted as error.
-struct Drawn {
-  Mat<float> f;
-  Mat<double> d;
-};
-Drawn draw(Rng& rng, Eigen::Index rows, Eigen::Index cols, double sd = 1.0) {
-  Drawn m;
-  m.f = rng.normal_matrix<double>(rows, cols, 0.0, sd).cast<float>();
-  m.d = m.f.cast<double>();
-  return m;
-}
+using check_detail::draw;
+using check_detail::Drawn;
+using check_detail::flatten;
+using check_detail::poisoned;
+using check_detail::require_device;
 
+/// A random float matrix and its exact double copy: input rounding is not counted as error.
 /// One shape's inputs. q has sd 1.5 and k sd 1, so the scores q·k/√hd are of order one: the
 /// softmax is neither uniform nor one-hot. Never zero.
 struct Inputs {
@@ -36,17 +32,11 @@ struct Inputs {
 Inputs draw_inputs(const AttentionShape& s, Rng& rng) {
   const Eigen::Index P = static_cast<Eigen::Index>(s.B) * s.T;
   Inputs in;
-  in.q = draw(rng, P, s.n_head * s.hd, 1.5);
+  in.q = draw(rng, P, s.n_head * s.hd, 0.0, 1.5);
   in.k = draw(rng, P, s.n_kv_head * s.hd);
   in.v = draw(rng, P, s.n_kv_head * s.hd);
   in.dout = draw(rng, P, s.n_head * s.hd);
   return in;
-}
-
-template <typename Derived>
-std::vector<typename Derived::Scalar> flatten(const Eigen::MatrixBase<Derived>& m) {
-  const auto e = m.eval();
-  return std::vector<typename Derived::Scalar>(e.data(), e.data() + e.size());
 }
 
 /// The probs matrices one after another (row-major): the device layout B·n_head × (T × T).
@@ -55,14 +45,6 @@ std::vector<T> flatten(const std::vector<Mat<T>>& ms) {
   std::vector<T> v;
   for (const auto& m : ms) v.insert(v.end(), m.data(), m.data() + m.size());
   return v;
-}
-
-/// A DeviceBuffer of `count` floats, every byte 0xFF (NaN): an element the kernel does not
-/// write fails the comparison.
-DeviceBuffer poisoned(std::size_t count) {
-  DeviceBuffer b(count);
-  b.fill_bytes(0xFF);
-  return b;
 }
 
 CheckRow compare(const std::string& op, const AttentionShape& s, const std::vector<double>& truth,
@@ -75,12 +57,6 @@ unsigned mix_seed(unsigned seed, const AttentionShape& s, unsigned salt) {
          static_cast<unsigned>(s.B * 7919 + s.T * 104729 + s.n_head * 31 + s.n_kv_head * 13 +
                                s.hd) +
          salt * 65537u;
-}
-
-void require_device(const char* where) {
-  std::string why;
-  if (device_count(&why) == 0)
-    throw std::runtime_error(std::string(where) + ": no CUDA device (" + why + ")");
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "cuda/check_util.h"
 #include "cuda/layers.h"
 #include "cuda/linear.h"
 #include "cuda/optim.h"
@@ -24,21 +25,15 @@ namespace mhar::cuda {
 
 namespace {
 
+using check_detail::draw;
+using check_detail::Drawn;
+using check_detail::flatten;
+using check_detail::poisoned;
+using check_detail::require_device;
+
 template <typename Derived>
 Mat<float> to_float(const Eigen::MatrixBase<Derived>& m) {
   return m.template cast<float>();
-}
-
-/// A random float matrix and its exact double copy: input rounding is not counted as error.
-struct Drawn {
-  Mat<float> f;
-  Mat<double> d;
-};
-Drawn draw(Rng& rng, Eigen::Index rows, Eigen::Index cols, double mean = 0.0, double sd = 1.0) {
-  Drawn m;
-  m.f = to_float(rng.normal_matrix<double>(rows, cols, mean, sd));
-  m.d = m.f.cast<double>();
-  return m;
 }
 
 /// rows × cols float matrix rounded from `m`, and its exact double copy.
@@ -47,12 +42,6 @@ Drawn rounded(const Mat<double>& m) {
   r.f = to_float(m);
   r.d = r.f.cast<double>();
   return r;
-}
-
-template <typename Derived>
-std::vector<typename Derived::Scalar> flatten(const Eigen::MatrixBase<Derived>& m) {
-  const auto e = m.eval();
-  return std::vector<typename Derived::Scalar>(e.data(), e.data() + e.size());
 }
 
 /// a followed by b.
@@ -69,14 +58,6 @@ std::vector<int> draw_tokens(Rng& rng, int P, int vocab) {
   return t;
 }
 
-/// A DeviceBuffer of `count` floats, every byte 0xFF (NaN): an element the kernel does not
-/// write fails the comparison.
-DeviceBuffer poisoned(std::size_t count) {
-  DeviceBuffer b(count);
-  b.fill_bytes(0xFF);
-  return b;
-}
-
 CheckRow compare(const std::string& op, const LayerShape& s, const std::vector<double>& truth,
                  const std::vector<float>& ref_float, const std::vector<float>& gpu) {
   return compare_with_truth(op, "v1", describe(s), truth, ref_float, gpu);
@@ -86,12 +67,6 @@ unsigned mix_seed(unsigned seed, const LayerShape& s, unsigned salt) {
   return seed * 1000003u +
          static_cast<unsigned>(s.P * 7919 + s.d * 31 + s.vocab * 104729 + s.f * 13 + s.hd) +
          salt * 65537u;
-}
-
-void require_device(const char* where) {
-  std::string why;
-  if (device_count(&why) == 0)
-    throw std::runtime_error(std::string(where) + ": no CUDA device (" + why + ")");
 }
 
 std::size_t numel(int rows, int cols) {

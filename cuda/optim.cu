@@ -13,8 +13,9 @@
  *   (1) sq += Σ_k γ_k²          grad_sq_norm, summed in double (the reference sums in double too)
  *   (2) γ ← γ · s               scale, s = max_norm / sqrt(sq) chosen by the caller
  *
- * Versions (STYLE.md §6): 1 only — one thread per element (grid-stride loops); grad_sq_norm
- * sums per block in a fixed tree, then one block sums the block partials in a fixed order.
+ * Versions (STYLE.md §6): 1 only — one thread per element (grid-stride loops); grad_sq_norm is
+ * ⟨γ, γ⟩ through dot_add (cuda/tensor_ops.cu): per-block sums in a fixed tree, then one block
+ * sums the block partials in a fixed order.
  * Deliberately left out: fusing all parameters into one launch (multi-tensor apply), half
  * precision, vectorised loads. No atomics: the same bits on every run.
  */
@@ -25,24 +26,19 @@
 
 #include "cuda/launch.cuh"
 #include "cuda/optim.h"
+#include "cuda/tensor_ops.h"
 
 namespace mhar::cuda {
 
 namespace {
 
-using detail::block_sum;
-using detail::ceil_div;
 using detail::check_launch;
 using detail::grid_for;
 using detail::kThreads;
 using detail::require;
 using detail::require_pointers;
-using detail::Scratch;
 using detail::thread_index;
 using detail::thread_stride;
-
-/// Most blocks of grad_sq_partial, so that one block of grad_sq_total sums their partials.
-constexpr std::size_t kMaxPartials = 1024;
 
 /// The float scalars of one AdamW step, computed on the host like the reference.
 struct AdamScalars {
@@ -69,29 +65,6 @@ __global__ void adamw_elements(float* __restrict__ param, float* __restrict__ m,
     // (3) θ ← θ − lr · m̂ / (sqrt(v̂) + eps) — reference adamw_step "param.array() -="
     param[k] = theta - s.lr * (mk / s.c1) / (sqrtf(vk / s.c2) + s.eps);
   }
-}
-
-/// Clipping (1), first half: partial[b] = Σ γ² over the elements block b visits (thread j of
-/// block b takes elements b·kThreads + j, then every gridDim · kThreads after), in double.
-__global__ void grad_sq_partial(double* __restrict__ partial, const float* __restrict__ grads,
-                                std::size_t n) {
-  double s = 0.0;
-  for (std::size_t k = thread_index(); k < n; k += thread_stride()) {
-    const double g = grads[k];
-    s += g * g;
-  }
-  s = block_sum(s);
-  if (threadIdx.x == 0) partial[blockIdx.x] = s;
-}
-
-/// Clipping (1), second half: out[0] += Σ_b partial[b], one block, a fixed tree.
-__global__ void grad_sq_total(float* __restrict__ out, const double* __restrict__ partial,
-                              int blocks) {
-  double s = 0.0;
-  for (int b = static_cast<int>(threadIdx.x); b < blocks; b += kThreads) s += partial[b];
-  s = block_sum(s);
-  // sq += ‖γ‖² — reference clip_grad_norm "sq +=" (rounded to float once, here)
-  if (threadIdx.x == 0) out[0] = static_cast<float>(static_cast<double>(out[0]) + s);
 }
 
 /// Clipping (2), one thread per element.
@@ -137,13 +110,9 @@ void grad_sq_norm(float* out, const float* grads, std::size_t n) {
   const char* where = "cuda::grad_sq_norm";
   require_count(where, n);
   require_pointers(where, {{"out", out}, {"grads", grads}});
-  // A function of n only: the same split, so the same sum order, on every run.
-  const std::size_t blocks = std::min(ceil_div(n, kThreads), kMaxPartials);
-  Scratch<double> partial(blocks, where);
-  grad_sq_partial<<<static_cast<unsigned>(blocks), kThreads>>>(partial.get(), grads, n);
-  check_launch("grad_sq_norm: grad_sq_partial launch");
-  grad_sq_total<<<1, kThreads>>>(out, partial.get(), static_cast<int>(blocks));
-  check_launch("grad_sq_norm: grad_sq_total launch");
+  // ‖γ‖² = ⟨γ, γ⟩: the fixed-order double dot product of cuda/tensor_ops.cu
+  // (per-block partial sums, then one block sums those) — reference clip_grad_norm "sq +="
+  dot_add(out, grads, grads, n);
 }
 
 void scale(float* x, float s, std::size_t n) {

@@ -55,7 +55,7 @@ TEST_CASE("linear twin (cuBLAS) matches the reference (y, dx, dW accumulating)",
   check_rows(check_linear(s, 2024));
 }
 
-TEST_CASE("SwiGLU MLP twin matches the reference (y, gate, up; dx, dW accumulating)",
+TEST_CASE("SwiGLU MLP twin matches the reference (y, gate, up, then dx, dW accumulating)",
           "[gpu][layers]") {
   if (!have_gpu()) return;
   const LayerShape s = GENERATE(from_range(layer_check_shapes()));
