@@ -92,6 +92,7 @@ DeviceParams::DeviceParams(const Config& cfg) : cfg_(cfg) {
                       at(pre + "wo"), at(pre + "mlp_norm"), at(pre + "w_gate"), at(pre + "w_up"),
                       at(pre + "w_down")});
   }
+  norm_sq = DeviceBuffer(1);
   final_norm = at("final_norm");
   route_q = at("route.q");
   route_g = at("route.g");
@@ -587,10 +588,10 @@ void model_backward(DeviceParams& grads, const Config& cfg, const DeviceParams& 
 // ---- Optimiser --------------------------------------------------------------------------------
 
 double clip_grad_norm(DeviceParams& grads, double max_norm) {
-  DeviceBuffer sq(1);
-  zero(sq.data(), 1);
-  grad_sq_norm(sq.data(), grads.data(), grads.size());
-  const double norm = std::sqrt(static_cast<double>(sq.download()[0]));
+  float* sq = grads.norm_sq.data();
+  zero(sq, 1);
+  grad_sq_norm(sq, grads.data(), grads.size());
+  const double norm = std::sqrt(static_cast<double>(grads.norm_sq.download()[0]));
   if (max_norm > 0 && norm > max_norm)
     scale(grads.data(), static_cast<float>(max_norm / norm), grads.size());
   return norm;

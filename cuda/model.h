@@ -89,6 +89,7 @@ class DeviceParams {
   float* delta_null = nullptr;        ///< d (delta), else null
   float* delta_gate = nullptr;        ///< 2L (delta), else null
   std::vector<DeviceTensor> tensors;  ///< every tensor, in Params::for_each order
+  DeviceBuffer norm_sq;  ///< 1 float: clip_grad_norm's accumulator (no allocation per step)
 
  private:
   Config cfg_;
