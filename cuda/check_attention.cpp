@@ -39,14 +39,6 @@ Inputs draw_inputs(const AttentionShape& s, Rng& rng) {
   return in;
 }
 
-/// The probs matrices one after another (row-major): the device layout B·n_head × (T × T).
-template <typename T>
-std::vector<T> flatten(const std::vector<Mat<T>>& ms) {
-  std::vector<T> v;
-  for (const auto& m : ms) v.insert(v.end(), m.data(), m.data() + m.size());
-  return v;
-}
-
 CheckRow compare(const std::string& op, const AttentionShape& s, const std::vector<double>& truth,
                  const std::vector<float>& ref_float, const std::vector<float>& gpu) {
   return compare_with_truth(op, "v1", describe(s), truth, ref_float, gpu);

@@ -11,12 +11,16 @@
 #include <limits>
 #include <stdexcept>
 
+#include "cuda/check_util.h"
 #include "cuda/device.h"
 #include "reference/routing.h"
 
 namespace mhar::cuda {
 
 namespace {
+
+using check_detail::flatten;
+using check_detail::require_device;
 
 /// One shape's inputs, drawn in double, rounded to float; the double copies hold exactly the
 /// float values, so input rounding is not counted as error.
@@ -49,19 +53,6 @@ Inputs make_inputs(const RoutingShape& s, Rng& rng) {
   return in;
 }
 
-/// Concatenates matrices (row-major) into one flat vector: the device layout N × P × (d or H).
-template <typename T>
-std::vector<T> flatten(const std::vector<Mat<T>>& ms) {
-  std::vector<T> v;
-  for (const auto& m : ms) v.insert(v.end(), m.data(), m.data() + m.size());
-  return v;
-}
-template <typename Derived>
-std::vector<typename Derived::Scalar> flatten(const Eigen::MatrixBase<Derived>& m) {
-  const auto e = m.eval();
-  return std::vector<typename Derived::Scalar>(e.data(), e.data() + e.size());
-}
-
 CheckRow compare(const std::string& op, RoutingVersion v, const RoutingShape& s,
                  const std::vector<double>& truth, const std::vector<float>& ref_float,
                  const std::vector<float>& gpu) {
@@ -70,12 +61,6 @@ CheckRow compare(const std::string& op, RoutingVersion v, const RoutingShape& s,
 
 unsigned mix_seed(unsigned seed, const RoutingShape& s) {
   return seed * 1000003u + static_cast<unsigned>(s.N * 7919 + s.P * 104729 + s.d * 31 + s.H);
-}
-
-void require_device(const char* where) {
-  std::string why;
-  if (device_count(&why) == 0)
-    throw std::runtime_error(std::string(where) + ": no CUDA device (" + why + ")");
 }
 
 }  // namespace

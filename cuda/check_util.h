@@ -36,6 +36,15 @@ std::vector<typename Derived::Scalar> flatten(const Eigen::MatrixBase<Derived>& 
   return std::vector<typename Derived::Scalar>(e.data(), e.data() + e.size());
 }
 
+/// Concatenates matrices (row-major) into one flat vector: the device layout of N stacked
+/// matrices (routing sources N × P × d, attention probs B·n_head × T × T).
+template <typename T>
+std::vector<T> flatten(const std::vector<Mat<T>>& ms) {
+  std::vector<T> v;
+  for (const auto& m : ms) v.insert(v.end(), m.data(), m.data() + m.size());
+  return v;
+}
+
 /// A DeviceBuffer of `count` floats, every byte 0xFF (NaN): an element the kernel does not
 /// write fails the comparison.
 inline DeviceBuffer poisoned(std::size_t count) {
