@@ -97,8 +97,9 @@ TEST_CASE("check_layers passes on every shape for several seeds", "[gpu][layers]
   const unsigned seed = GENERATE(1u, 2u);
   CAPTURE(seed);
   const auto rows = check_layers(seed);
-  // Rows per shape: rmsnorm 4, rope 2, swiglu 3, embedding 2, cross-entropy 3, adamw 6, clip 2.
-  CHECK(rows.size() == layer_check_shapes().size() * 22);
+  // Rows per shape: rmsnorm 4, rope 2, swiglu 3, linear 3, MLP 7, embedding 2, cross-entropy 3,
+  // adamw 6, clip 2.
+  CHECK(rows.size() == layer_check_shapes().size() * 32);
   check_rows(rows);
 }
 
