@@ -156,8 +156,9 @@ std::vector<BenchRow> bench_routing(int N, int P, int d, int H, int repeats) {
   rows.push_back({"copy", "kernel", copy_ms, copy_bytes, copy_gbps, 100.0});
   fill(dsources, 2, -1.f, 1.f);
 
-  std::vector<RoutingVersion> versions = {RoutingVersion::Naive};
-  if (d <= kFusedMaxWidth) versions.push_back(RoutingVersion::Fused);
+  std::vector<RoutingVersion> versions;
+  for (RoutingVersion v : kRoutingVersions)
+    if (version_supports(v, d, H)) versions.push_back(v);
   for (RoutingVersion v : versions) {
     const double ms = time_ms(
         [&] {

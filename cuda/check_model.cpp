@@ -85,6 +85,12 @@ std::vector<ModelCheckCase> model_check_cases() {
     c.n_kv_head = 2;
   });
   add(Mode::Delta, 1, 1, [](Config& c) { c.n_blocks = 1; });  // one block
+  // The Warp routing kernels inside the model (K = 8: three heads in one float4 chunk).
+  for (Mode mode : {Mode::Mhar, Mode::Delta}) {
+    add(mode, 3, 2, same);
+    cases.back().routing = RoutingVersion::Warp;
+    cases.back().name += " routing=warp";
+  }
   return cases;
 }
 
@@ -114,6 +120,7 @@ std::vector<CheckRow> check_model_step(const ModelCheckCase& c, int steps, unsig
     // turns the loss or a gradient into NaN. (Gradients need no poison: model_backward zeroes
     // them first, as the reference does.)
     if (cache.B != c.B) cache = DeviceCache(cfg, c.B);
+    cache.routing = c.routing;
     cache.poison();
     const float loss_g = model_forward(cfg, gpu_p, x, y, c.B, cache);
     model_backward(gpu_g, cfg, gpu_p, cache);

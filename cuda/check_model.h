@@ -35,6 +35,7 @@ struct ModelCheckCase {
   std::string name;  ///< "mhar H=4 B=2 T=7 d=24 L=2"
   Config cfg;
   int B = 1;
+  RoutingVersion routing = RoutingVersion::Fused;  ///< the routing kernels every site uses
 };
 
 /// Every residual mode on small awkward shapes: T odd and T = 1, d not a multiple of 32,

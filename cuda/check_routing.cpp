@@ -120,6 +120,9 @@ std::vector<RoutingShape> routing_check_shapes() {
       {9, 1000, 256, 4},   // larger
       {3, 5, 3000, 6},     // wide d: several columns per thread, K = 500
       {2, 3, 6144, 2},     // 16 columns per thread; the fused backward opts in to > 48 KB shared
+      {3, 37, 512, 4},     // the paper's d and H: K = 128, one float4 chunk per head (warp)
+      {2, 11, 512, 2},     // K = 256: a head spans two chunks (warp)
+      {3, 5, 1024, 1},     // K = d = 1024: eight chunks, one head (warp)
       {2, 100000, 32, 2},  // many positions: the fused backward's grid-stride loop turns
   };
 }
@@ -204,7 +207,8 @@ std::vector<CheckRow> check_routing(unsigned seed) {
   require_device("check_routing");
   std::vector<CheckRow> rows;
   for (const RoutingShape& s : routing_check_shapes())
-    for (RoutingVersion v : {RoutingVersion::Naive, RoutingVersion::Fused}) {
+    for (RoutingVersion v : kRoutingVersions) {
+      if (!version_supports(v, s.d, s.H)) continue;
       for (auto& r : check_routing_forward(s, v, seed)) rows.push_back(std::move(r));
       for (auto& r : check_routing_backward(s, v, seed)) rows.push_back(std::move(r));
     }

@@ -356,11 +356,11 @@ float* route_site(const Views& w, int s) {
   float* alpha = w.c.alpha[static_cast<std::size_t>(s)].data();
   if (routes_over_prims(w.cfg.mode)) {
     // route over [E, out_0 … out_{s−1}]: the first s + 1 primitives, no copy
-    routing_forward(out, alpha, w.prim(0), w.q_row(s), w.g_row(s), N, w.P, w.d, w.H);
+    routing_forward(out, alpha, w.prim(0), w.q_row(s), w.g_row(s), N, w.P, w.d, w.H, w.c.routing);
   } else {
     gather_sources(w, s, groups);
     routing_forward(out, alpha, w.c.site_sources[static_cast<std::size_t>(s)].data(), w.q_row(s),
-                    w.g_row(s), N, w.P, w.d, w.H);
+                    w.g_row(s), N, w.P, w.d, w.H, w.c.routing);
   }
   return out;
 }
@@ -477,7 +477,7 @@ void route_site_backward(const Views& w, DeviceParams& grads, int s, const float
   float* dg = grads.route_g + sz(s, w.d);
   if (routes_over_prims(w.cfg.mode)) {
     routing_backward(w.dprim(0), dq, dg, dsite, out, alpha, w.prim(0), w.q_row(s), w.g_row(s), N,
-                     w.P, w.d, w.H);
+                     w.P, w.d, w.H, w.c.routing);
     return;
   }
   const std::size_t n = sz(w.P, w.d);
@@ -485,7 +485,7 @@ void route_site_backward(const Views& w, DeviceParams& grads, int s, const float
   zero(dsrc, sz(N) * n);
   routing_backward(dsrc, dq, dg, dsite, out, alpha,
                    w.c.site_sources[static_cast<std::size_t>(s)].data(), w.q_row(s), w.g_row(s), N,
-                   w.P, w.d, w.H);
+                   w.P, w.d, w.H, w.c.routing);
   // scatter_source_grads: each source's gradient to the primitives it sums (ν: over positions)
   for (std::size_t i = 0; i < groups.size(); ++i)
     for (int k : groups[i].prims) {

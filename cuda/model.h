@@ -110,8 +110,10 @@ class DeviceCache {
   /// Allocates for B sequences of cfg.T tokens (throws with the sizes when it does not fit).
   DeviceCache(const Config& cfg, int B);
 
-  int B = 0;                                ///< sequences
-  int P = 0;                                ///< positions, B · T
+  int B = 0;  ///< sequences
+  int P = 0;  ///< positions, B · T
+  /// Routing kernel version of every site (Warp only where version_supports(Warp, d, H)).
+  RoutingVersion routing = RoutingVersion::Fused;
   DeviceBuffer tokens, targets;             ///< P ints each (upload_ints layout)
   DeviceBuffer prims;                       ///< (2L + 1) × P × d
   std::vector<DeviceBuffer> stream_inputs;  ///< residual, delta: input_j, 2L of P × d

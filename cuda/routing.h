@@ -34,20 +34,35 @@ namespace mhar::cuda {
  *   Fused = 2: one team of threads per position reads each source row once (RMS fused, online
  *              softmax over depth); the backward reads each row once more and reduces dq, dg
  *              per thread block in a fixed order. The default.
+ *   Warp  = 3: the Fused steps with one warp per position, float4 loads, head sums as warp
+ *              butterflies, no shared memory or barriers, the next row prefetched. Only for
+ *              the shapes version_supports() accepts (d ≤ 1024, K = d/H a multiple of 128 or
+ *              one of 4, 8, 16, 32, 64) and 16-byte aligned pointers.
  */
-enum class RoutingVersion { Naive = 1, Fused = 2 };
+enum class RoutingVersion { Naive = 1, Fused = 2, Warp = 3 };
 
-/// "naive" or "fused".
+/// Every version, in order.
+inline constexpr RoutingVersion kRoutingVersions[] = {RoutingVersion::Naive, RoutingVersion::Fused,
+                                                      RoutingVersion::Warp};
+
+/// "naive", "fused" or "warp".
 std::string version_name(RoutingVersion v);
 
 /// Widest d the Fused version handles (registers per thread); Naive has no limit.
 inline constexpr int kFusedMaxWidth = 8192;
+/// Widest d the Warp version handles (8 float4 chunks a lane).
+inline constexpr int kWarpMaxWidth = 1024;
+
+/// True when version v handles width d with H heads (H dividing d); the Warp version also needs
+/// its pointers 16-byte aligned, which cudaMalloc'd buffers are.
+bool version_supports(RoutingVersion v, int d, int H);
 
 /**
  * @brief Routing forward at one site.
  *
  * Writes (=) out and alpha. Throws std::invalid_argument when N, P, d < 1, H does not divide d,
- * a pointer is null, or (Fused) d > kFusedMaxWidth.
+ * a pointer is null, (Fused) d > kFusedMaxWidth, or (Warp) !version_supports or a pointer is
+ * not 16-byte aligned.
  *
  * @param out      P × d: out[p,c] = Σ_i α_i[p,h(c)] · S_i[p,c]
  * @param alpha    N × P × H: routing weights α_i[p,h], saved for the backward (and heatmaps)

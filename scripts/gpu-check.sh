@@ -111,8 +111,8 @@ echo "card:   ${card:-unknown}"
 echo "commit: $commit"
 for line in "${SUMMARY[@]}"; do echo "$line"; done
 echo
-echo "routing kernels (% copy: target forward ≥ 80, backward ≥ 60):"
+echo "routing kernels (% copy: target forward ≥ 80, backward ≥ 60; versions naive, fused, warp):"
 grep -E "^(routing,|copy|forward|backward)" "$BUILD.bench.log" || true
 echo "GPU training step (target: mhar ≤ 1.15× residual at the paper shape):"
-grep -E "^(GPU training step|residual|attnres|mhar) " "$BUILD.bench.log" || true
+grep -E "^(GPU training step|residual|attnres|mhar|mhar-warp) " "$BUILD.bench.log" || true
 exit $status

@@ -103,7 +103,10 @@ struct GpuStepBench {
   std::vector<int> x, y;
   long step = 0;
 
-  GpuStepBench(const Config& c, int b) : cfg(c), batch(b), p(c), m(c), v(c), g(c), cache(c, b) {
+  GpuStepBench(const Config& c, int b,
+               mhar::cuda::RoutingVersion routing = mhar::cuda::RoutingVersion::Fused)
+      : cfg(c), batch(b), p(c), m(c), v(c), g(c), cache(c, b) {
+    cache.routing = routing;
     const StepBench host(c, b);  // the same initial parameters and batch as the CPU bench
     p.upload(host.p);
     x = host.x;
@@ -196,8 +199,8 @@ namespace {
 
 /// One timed training step per mode, the modes taking turns (so a change in the machine's load
 /// hits them alike); prints the median step time of each and its ratio to the first (residual).
-void print_step_table(const std::vector<Config>& configs, int batch,
-                      const std::vector<std::function<double()>>& runs, int repeats) {
+void print_step_table(const std::vector<Config>& configs, const std::vector<std::string>& labels,
+                      int batch, const std::vector<std::function<double()>>& runs, int repeats) {
   for (const auto& run : runs) run();  // warm-up: caches, allocations, cuBLAS heuristics
   std::vector<std::vector<double>> times(runs.size());
   for (int r = 0; r < repeats; ++r)
@@ -208,7 +211,7 @@ void print_step_table(const std::vector<Config>& configs, int batch,
   for (std::size_t k = 0; k < runs.size(); ++k) {
     const Config& c = configs[k];
     const double s = median(times[k]);
-    fmt::print("{:<10} {:>4} {:>12.2f} {:>12.0f} {:>13.3f}×\n", mode_name(c.mode),
+    fmt::print("{:<10} {:>4} {:>12.2f} {:>12.0f} {:>13.3f}×\n", labels[k],
                c.mode == Mode::Residual ? std::string("-") : std::to_string(c.route_heads()),
                s * 1e3, batch * c.T / s, s / residual);
   }
@@ -232,7 +235,9 @@ std::vector<Config> step_modes(const Config& base) {
 
 /// Times training steps of residual, attnres and mhar on `device` ("cpu" or "cuda").
 void bench_steps(const Config& base, int batch, int repeats, const std::string& device) {
-  const std::vector<Config> configs = step_modes(base);
+  std::vector<Config> configs = step_modes(base);
+  std::vector<std::string> labels;
+  for (const Config& c : configs) labels.push_back(mode_name(c.mode));
   std::vector<std::function<double()>> runs;
   if (device == "cpu") {
     auto benches = std::make_shared<std::vector<StepBench>>();
@@ -243,11 +248,20 @@ void bench_steps(const Config& base, int batch, int repeats, const std::string& 
 #ifdef MHAR_WITH_CUDA
     auto benches = std::make_shared<std::vector<std::unique_ptr<GpuStepBench>>>();
     for (const Config& c : configs) benches->push_back(std::make_unique<GpuStepBench>(c, batch));
+    // mhar again with the Warp routing kernels (version 3), where the shape allows them.
+    const Config routed = configs.back();
+    if (mhar::cuda::version_supports(mhar::cuda::RoutingVersion::Warp, routed.d,
+                                     routed.route_heads())) {
+      configs.push_back(routed);
+      labels.push_back("mhar-warp");
+      benches->push_back(
+          std::make_unique<GpuStepBench>(routed, batch, mhar::cuda::RoutingVersion::Warp));
+    }
     for (std::size_t k = 0; k < configs.size(); ++k)
       runs.push_back([benches, k] { return (*benches)[k]->run(); });
 #endif
   }
-  print_step_table(configs, batch, runs, repeats);
+  print_step_table(configs, labels, batch, runs, repeats);
 }
 
 /// The paper's 100M shape (L = 12, d = 512, H = 4) at P = 32 × 512 = 16384 positions.

@@ -25,8 +25,10 @@ using namespace mhar::cuda::test;
 TEST_CASE("routing forward matches the reference (out, alpha)", "[gpu][routing]") {
   if (!have_gpu()) return;
   const RoutingShape shape = GENERATE(from_range(routing_check_shapes()));
-  const RoutingVersion v = GENERATE(RoutingVersion::Naive, RoutingVersion::Fused);
+  const RoutingVersion v =
+      GENERATE(from_range(std::begin(kRoutingVersions), std::end(kRoutingVersions)));
   CAPTURE(shape.N, shape.P, shape.d, shape.H, version_name(v));
+  if (!version_supports(v, shape.d, shape.H)) return;  // e.g. warp at K = 24 (tested below)
   check_rows(check_routing_forward(shape, v, 2024));
 }
 
@@ -34,8 +36,10 @@ TEST_CASE("routing backward matches the reference (dsources, dq, dg, accumulatin
           "[gpu][routing]") {
   if (!have_gpu()) return;
   const RoutingShape shape = GENERATE(from_range(routing_check_shapes()));
-  const RoutingVersion v = GENERATE(RoutingVersion::Naive, RoutingVersion::Fused);
+  const RoutingVersion v =
+      GENERATE(from_range(std::begin(kRoutingVersions), std::end(kRoutingVersions)));
   CAPTURE(shape.N, shape.P, shape.d, shape.H, version_name(v));
+  if (!version_supports(v, shape.d, shape.H)) return;  // e.g. warp at K = 24 (tested below)
   check_rows(check_routing_backward(shape, v, 2024));
 }
 
@@ -48,13 +52,21 @@ TEST_CASE("routing versions agree on fresh inputs for several seeds", "[gpu][rou
     check_rows(check_routing_forward(shape, v, seed));
     check_rows(check_routing_backward(shape, v, seed));
   }
+  const RoutingShape wide{5, 41, 256, 4};  // K = 64: every version, warp included
+  for (RoutingVersion v : kRoutingVersions) {
+    check_rows(check_routing_forward(wide, v, seed));
+    check_rows(check_routing_backward(wide, v, seed));
+  }
 }
 
 TEST_CASE("routing is deterministic: same bits on every run", "[gpu][routing]") {
   if (!have_gpu()) return;
-  const RoutingVersion v = GENERATE(RoutingVersion::Naive, RoutingVersion::Fused);
-  const RoutingShape s = GENERATE(RoutingShape{5, 3001, 96, 4}, RoutingShape{3, 20000, 40, 5});
+  const RoutingVersion v =
+      GENERATE(from_range(std::begin(kRoutingVersions), std::end(kRoutingVersions)));
+  const RoutingShape s = GENERATE(RoutingShape{5, 3001, 96, 4}, RoutingShape{3, 20000, 40, 5},
+                                  RoutingShape{4, 3001, 128, 4});
   CAPTURE(s.N, s.P, s.d, s.H, version_name(v));
+  if (!version_supports(v, s.d, s.H)) return;
   mhar::Rng rng(99);
   const std::size_t NPd = std::size_t(s.N) * s.P * s.d, Pd = std::size_t(s.P) * s.d;
   const auto S = random_vector(rng, NPd), q = random_vector(rng, s.d, 0.0, 0.3),
@@ -87,7 +99,7 @@ TEST_CASE("routing is deterministic: same bits on every run", "[gpu][routing]") 
 
 TEST_CASE("routing rejects bad arguments before touching the device", "[routing][bad-input]") {
   // Never dereferenced: every call below fails its argument check first.
-  float host[4] = {};
+  alignas(16) float host[8] = {};
   float* p = host;
   using Catch::Matchers::Contains;
   CHECK_THROWS_WITH(routing_forward(p, p, p, p, p, 2, 3, 8, 3),
@@ -102,6 +114,19 @@ TEST_CASE("routing rejects bad arguments before touching the device", "[routing]
                     Contains("use RoutingVersion::Naive"));
   CHECK_THROWS_WITH(routing_forward(p, p, p, p, p, 2, 3, 8, 2, static_cast<RoutingVersion>(7)),
                     Contains("unknown RoutingVersion 7"));
+  // Warp: K = 24 would put a float4 across two heads; d = 2048 is past its width; float4 loads
+  // need 16-byte aligned rows.
+  CHECK_THROWS_WITH(routing_forward(p, p, p, p, p, 2, 3, 96, 4, RoutingVersion::Warp),
+                    Contains("use RoutingVersion::Fused"));
+  CHECK_THROWS_WITH(routing_forward(p, p, p, p, p, 2, 3, 2048, 2, RoutingVersion::Warp),
+                    Contains("d <= 1024"));
+  CHECK_THROWS_WITH(
+      routing_backward(p, p, p, p, p + 1, p, p, p, p, 2, 3, 32, 2, RoutingVersion::Warp),
+      Contains("out is not 16-byte aligned"));
+  CHECK(version_supports(RoutingVersion::Warp, 512, 4));  // the paper's shape
+  CHECK(version_supports(RoutingVersion::Warp, 128, 4));  // the tiny config
+  CHECK_FALSE(version_supports(RoutingVersion::Warp, 96, 4));
+  CHECK(version_supports(RoutingVersion::Fused, 96, 4));
   CHECK_THROWS_AS(routing_backward(p, p, p, p, p, p, p, p, p, 2, 3, 8, 3), std::invalid_argument);
   CHECK_THROWS_WITH(routing_backward(p, nullptr, p, p, p, p, p, p, p, 2, 3, 8, 2),
                     Contains("dq is a null pointer"));
