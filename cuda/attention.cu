@@ -22,7 +22,8 @@
  *             (the softmax Jacobian diag(p) − p pᵀ; the · scale is from (1))
  *   from (1)  dq[t] = Σ_{s≤t} ds[t,s] · k[s];    dk[s] = Σ_{h→g} Σ_{t≥s} ds[t,s] · q[t]
  *
- * Versions (STYLE.md §6): 1 only — the reference's loops, a warp per row, no tiling:
+ * Versions (STYLE.md §6):
+ * 1 Rows — the reference's loops, a warp per row, no tiling:
  *   attention_forward_rows    one warp per query row (b, h, t), 8 rows a block. Lanes over the
  *                             keys s ≤ t for (1)–(2), the scores parked in the row of probs
  *                             and overwritten there by the probabilities; then lanes over the
@@ -37,8 +38,23 @@
  * keeps the reference's order of operations, so the results differ from the float reference
  * only by summation order (and the last bit of expf).
  *
- * Deliberately left out: tiling through shared memory, an online softmax (flash attention),
- * half precision, tensor cores. Every row reads its keys and values from global memory.
+ * 2 Gemm — the reference's own matrix products, per query head h (key/value head g = h/G),
+ *   as cuBLAS SGEMMs batched over the B sequences (cuda/linear.h gemm_strided_batched; fp32,
+ *   no TF32); the causal softmax and its backward one warp per row:
+ *     (1)       probs_h  = (q_h · k_gᵀ) · scale           full T × T, upper triangle masked in (2)
+ *     (2)       softmax_causal_rows: max, exp, sum, divide over s ≤ t; zero for s > t
+ *     (3)       out_h    = probs_h · v_g                    (probs is 0 above the diagonal)
+ *     from (3)  ds_h     = dout_h · v_gᵀ                    dprobs, into the ds scratch
+ *     from (2)  softmax_causal_backward_rows: ds = probs ⊙ (dprobs − rowdot) · scale, 0 for s > t
+ *     from (1)  dq_h     = ds_h · k_g
+ *               dk_g    (+)= ds_hᵀ · q_h,  dv_g (+)= probs_hᵀ · dout_h, heads of the group in
+ *               increasing order (the first writes, the others add): a fixed order, so the
+ *               same bits on every run.
+ *   The products cover the masked upper triangle too (twice the causal flops) in exchange for
+ *   cuBLAS's speed.
+ *
+ * Deliberately left out: an online softmax (flash attention; the model saves probs anyway),
+ * half precision, tensor cores.
  */
 #include <math_constants.h>
 
@@ -48,6 +64,7 @@
 
 #include "cuda/attention.h"
 #include "cuda/launch.cuh"
+#include "cuda/linear.h"
 
 namespace mhar::cuda {
 
@@ -228,6 +245,116 @@ __global__ void attention_backward_keys(float* __restrict__ dk, float* __restric
 }
 
 // ============================================================================================
+// Version 2 (Gemm): the row kernels between the matrix products
+// ============================================================================================
+
+/// (2) on one row of probs, which holds the scores (1): one warp per query row (b, h, t).
+__global__ void softmax_causal_rows(float* __restrict__ probs, int T, std::size_t rows) {
+  const std::size_t row = warp_row();
+  if (row >= rows) return;
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  const int t = static_cast<int>(row % T);
+  float* a = probs + row * T;
+  // reference "a.row(t).head(t + 1) = (row − row.maxCoeff()).exp()", then "/= sum()"
+  float m = -CUDART_INF_F;
+  for (int s = lane; s <= t; s += kWarp) m = fmaxf(m, a[s]);
+  m = warp_max(m);
+  float sum = 0.f;
+  for (int s = lane; s <= t; s += kWarp) {
+    a[s] = expf(a[s] - m);
+    sum += a[s];
+  }
+  sum = warp_sum(sum);
+  for (int s = lane; s <= t; s += kWarp) a[s] /= sum;
+  for (int s = t + 1 + lane; s < T; s += kWarp) a[s] = 0.f;  // reference "a = Zero(T, T)"
+}
+
+/// From (2): ds = probs ⊙ (dprobs − rowdot) · scale on one row; ds holds dprobs on entry.
+__global__ void softmax_causal_backward_rows(float* __restrict__ ds,
+                                             const float* __restrict__ probs, int T,
+                                             std::size_t rows, float scale) {
+  const std::size_t row = warp_row();
+  if (row >= rows) return;
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  const int t = static_cast<int>(row % T);
+  const float* a = probs + row * T;
+  float* dst = ds + row * T;
+  // rowdot = rowsum(dprobs ⊙ probs) — reference "rowdot ="
+  float rowdot = 0.f;
+  for (int s = lane; s <= t; s += kWarp) rowdot += dst[s] * a[s];
+  rowdot = warp_sum(rowdot);
+  // ds = probs ⊙ (dprobs − rowdot) · scale — reference "ds ="; 0 where masked (s > t)
+  for (int s = lane; s <= t; s += kWarp) dst[s] = a[s] * (dst[s] - rowdot) * scale;
+  for (int s = t + 1 + lane; s < T; s += kWarp) dst[s] = 0.f;
+}
+
+/// Head slices for the batched products: head `head` of a P × (heads·hd) matrix is, per
+/// sequence, a T × hd block with rows heads·hd apart; sequences T·heads·hd apart.
+struct HeadSlices {
+  int ld;
+  long long stride;
+};
+HeadSlices head_slices(int T, int heads, int hd) {
+  return {heads * hd, static_cast<long long>(T) * heads * hd};
+}
+
+void forward_gemm(float* out, float* probs, const float* q, const float* k, const float* v, int B,
+                  int T, int n_head, int n_kv_head, int hd) {
+  const int G = n_head / n_kv_head;
+  const HeadSlices qs = head_slices(T, n_head, hd), ks = head_slices(T, n_kv_head, hd);
+  const long long TT = static_cast<long long>(T) * T, ps = n_head * TT;  // probs: per sequence
+  const float scale = 1.0f / sqrtf(static_cast<float>(hd));
+  for (int h = 0; h < n_head; ++h) {
+    const int g = h / G;  // reference "kv = h / G"
+    // (1) scores = (q_h · k_gᵀ) · scale — reference "Mat<T> s = (qh * khᵀ) * scale"
+    gemm_strided_batched(false, true, T, T, hd, scale, q + h * hd, qs.ld, qs.stride, k + g * hd,
+                         ks.ld, ks.stride, 0.f, probs + h * TT, T, ps, B);
+  }
+  const std::size_t rows = static_cast<std::size_t>(B) * n_head * T;
+  // (2) the causal softmax of every row
+  softmax_causal_rows<<<row_blocks(rows), kThreads>>>(probs, T, rows);
+  check_launch("attention_forward (gemm): softmax_causal_rows launch");
+  for (int h = 0; h < n_head; ++h) {
+    const int g = h / G;
+    // (3) out_h = probs · v_g — reference "out.block(…) = a * vh"
+    gemm_strided_batched(false, false, T, hd, T, 1.f, probs + h * TT, T, ps, v + g * hd, ks.ld,
+                         ks.stride, 0.f, out + h * hd, qs.ld, qs.stride, B);
+  }
+}
+
+void backward_gemm(float* dq, float* dk, float* dv, const float* dout, const float* probs,
+                   const float* q, const float* k, const float* v, int B, int T, int n_head,
+                   int n_kv_head, int hd, float* ds) {
+  const int G = n_head / n_kv_head;
+  const HeadSlices qs = head_slices(T, n_head, hd), ks = head_slices(T, n_kv_head, hd);
+  const long long TT = static_cast<long long>(T) * T, ps = n_head * TT;
+  const float scale = 1.0f / sqrtf(static_cast<float>(hd));
+  for (int h = 0; h < n_head; ++h) {
+    const int g = h / G;
+    // from out_h = probs · v_h:  dprobs = dout_h · v_gᵀ — reference "dprobs ="
+    gemm_strided_batched(false, true, T, T, hd, 1.f, dout + h * hd, qs.ld, qs.stride, v + g * hd,
+                         ks.ld, ks.stride, 0.f, ds + h * TT, T, ps, B);
+  }
+  const std::size_t rows = static_cast<std::size_t>(B) * n_head * T;
+  // from the softmax: ds = probs ⊙ (dprobs − rowdot) · scale — reference "rowdot =", "ds ="
+  softmax_causal_backward_rows<<<row_blocks(rows), kThreads>>>(ds, probs, T, rows, scale);
+  check_launch("attention_backward (gemm): softmax_causal_backward_rows launch");
+  for (int h = 0; h < n_head; ++h) {
+    const int g = h / G;
+    const float beta = h % G == 0 ? 0.f : 1.f;  // the group's first head writes, the rest add
+    // from scores = q_h · k_gᵀ / √hd:  dq_h = ds · k_g — reference "dq.block(…) = ds * kh"
+    gemm_strided_batched(false, false, T, hd, T, 1.f, ds + h * TT, T, ps, k + g * hd, ks.ld,
+                         ks.stride, 0.f, dq + h * hd, qs.ld, qs.stride, B);
+    // dk_g += dsᵀ · q_h — reference "dk.block(…) +="
+    gemm_strided_batched(true, false, T, hd, T, 1.f, ds + h * TT, T, ps, q + h * hd, qs.ld,
+                         qs.stride, beta, dk + g * hd, ks.ld, ks.stride, B);
+    // from out_h = probs · v_h:  dv_g += probsᵀ · dout_h — reference "dv.block(…) +="
+    gemm_strided_batched(true, false, T, hd, T, 1.f, probs + h * TT, T, ps, dout + h * hd, qs.ld,
+                         qs.stride, beta, dv + g * hd, ks.ld, ks.stride, B);
+  }
+}
+
+// ============================================================================================
 // Host side: argument checks, scratch memory, launches.
 // ============================================================================================
 
@@ -246,13 +373,32 @@ void require_attention_shape(const char* where, int B, int T, int n_head, int n_
           "B·n_head·T = " + std::to_string(rows) + " query rows need more than 2³¹ − 1 blocks");
 }
 
+void require_version(const char* where, AttentionVersion v) {
+  require(v == AttentionVersion::Rows || v == AttentionVersion::Gemm, where,
+          "unknown AttentionVersion " + std::to_string(static_cast<int>(v)) +
+              " (allowed: 1 = rows, 2 = gemm)");
+}
+
 }  // namespace
 
+const char* attention_version_name(AttentionVersion v) {
+  switch (v) {
+    case AttentionVersion::Rows:
+      return "rows";
+    case AttentionVersion::Gemm:
+      return "gemm";
+  }
+  return "unknown";
+}
+
 void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v,
-                       int B, int T, int n_head, int n_kv_head, int hd) {
+                       int B, int T, int n_head, int n_kv_head, int hd, AttentionVersion version) {
   const char* where = "cuda::attention_forward";
   require_attention_shape(where, B, T, n_head, n_kv_head, hd);
   require_pointers(where, {{"out", out}, {"probs", probs}, {"q", q}, {"k", k}, {"v", v}});
+  require_version(where, version);
+  if (version == AttentionVersion::Gemm)
+    return forward_gemm(out, probs, q, k, v, B, T, n_head, n_kv_head, hd);
   const std::size_t rows = static_cast<std::size_t>(B) * n_head * T;
   attention_forward_rows<<<row_blocks(rows), kThreads>>>(out, probs, q, k, v, B, T, n_head,
                                                          n_kv_head, hd);
@@ -261,7 +407,7 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
 
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs,
                         const float* q, const float* k, const float* v, int B, int T, int n_head,
-                        int n_kv_head, int hd) {
+                        int n_kv_head, int hd, AttentionVersion version) {
   const char* where = "cuda::attention_backward";
   require_attention_shape(where, B, T, n_head, n_kv_head, hd);
   require_pointers(where, {{"dq", dq},
@@ -274,7 +420,10 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                            {"v", v}});
   const std::size_t query_rows = static_cast<std::size_t>(B) * n_head * T;
   const std::size_t key_rows = static_cast<std::size_t>(B) * n_kv_head * T;
+  require_version(where, version);
   Scratch<float> ds(query_rows * T, where);  // B·n_head matrices T × T, like probs
+  if (version == AttentionVersion::Gemm)
+    return backward_gemm(dq, dk, dv, dout, probs, q, k, v, B, T, n_head, n_kv_head, hd, ds.get());
   attention_backward_rows<<<row_blocks(query_rows), kThreads>>>(dq, ds.get(), dout, probs, k, v, B,
                                                                 T, n_head, n_kv_head, hd);
   check_launch("attention_backward: attention_backward_rows launch");

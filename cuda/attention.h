@@ -31,6 +31,19 @@
 
 namespace mhar::cuda {
 
+/**
+ * Kernel versions (STYLE.md §6):
+ *   Rows = 1: the reference's loops, one warp per query row (and per key row in the backward);
+ *             the teaching version and a second oracle.
+ *   Gemm = 2: the reference's matrix products as cuBLAS strided-batched SGEMMs (fp32, per head,
+ *             batched over the sequences) and one warp per row for the causal softmax and its
+ *             backward. The default.
+ */
+enum class AttentionVersion { Rows = 1, Gemm = 2 };
+
+/// "rows" or "gemm".
+const char* attention_version_name(AttentionVersion v);
+
 // ---- out[b,t,h] = Σ_{s≤t} softmax_s( q[b,t,h] · k[b,s,h/G] / √hd ) · v[b,s,h/G] ------------
 
 /**
@@ -46,9 +59,11 @@ namespace mhar::cuda {
  * @param n_head     query heads, a multiple of n_kv_head
  * @param n_kv_head  key/value heads
  * @param hd         head width
+ * @param version    kernel version (Gemm by default)
  */
 void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v,
-                       int B, int T, int n_head, int n_kv_head, int hd);
+                       int B, int T, int n_head, int n_kv_head, int hd,
+                       AttentionVersion version = AttentionVersion::Gemm);
 
 /**
  * @brief Attention backward (reference attention_backward).
@@ -66,9 +81,10 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
  * @param n_head     query heads, a multiple of n_kv_head
  * @param n_kv_head  key/value heads
  * @param hd         head width
+ * @param version    kernel version (Gemm by default)
  */
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs,
                         const float* q, const float* k, const float* v, int B, int T, int n_head,
-                        int n_kv_head, int hd);
+                        int n_kv_head, int hd, AttentionVersion version = AttentionVersion::Gemm);
 
 }  // namespace mhar::cuda

@@ -39,9 +39,10 @@ Inputs draw_inputs(const AttentionShape& s, Rng& rng) {
   return in;
 }
 
-CheckRow compare(const std::string& op, const AttentionShape& s, const std::vector<double>& truth,
-                 const std::vector<float>& ref_float, const std::vector<float>& gpu) {
-  return compare_with_truth(op, "v1", describe(s), truth, ref_float, gpu);
+CheckRow compare(const std::string& op, AttentionVersion v, const AttentionShape& s,
+                 const std::vector<double>& truth, const std::vector<float>& ref_float,
+                 const std::vector<float>& gpu) {
+  return compare_with_truth(op, attention_version_name(v), describe(s), truth, ref_float, gpu);
 }
 
 unsigned mix_seed(unsigned seed, const AttentionShape& s, unsigned salt) {
@@ -73,7 +74,8 @@ std::vector<AttentionShape> attention_check_shapes() {
   };
 }
 
-std::vector<CheckRow> check_attention_forward(const AttentionShape& s, unsigned seed) {
+std::vector<CheckRow> check_attention_forward(const AttentionShape& s, unsigned seed,
+                                              AttentionVersion version) {
   require_device("check_attention_forward");
   Rng rng(mix_seed(seed, s, 1));
   const Inputs in = draw_inputs(s, rng);
@@ -93,13 +95,15 @@ std::vector<CheckRow> check_attention_forward(const AttentionShape& s, unsigned 
   DeviceBuffer out = poisoned(P * s.n_head * s.hd),
                probs = poisoned(static_cast<std::size_t>(s.B) * s.n_head * s.T * s.T);
   attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), s.B, s.T, s.n_head,
-                    s.n_kv_head, s.hd);
+                    s.n_kv_head, s.hd, version);
   return {
-      compare("attention forward out", s, flatten(out_d), flatten(out_f), out.download()),
-      compare("attention forward probs", s, flatten(probs_d), flatten(probs_f), probs.download())};
+      compare("attention forward out", version, s, flatten(out_d), flatten(out_f), out.download()),
+      compare("attention forward probs", version, s, flatten(probs_d), flatten(probs_f),
+              probs.download())};
 }
 
-std::vector<CheckRow> check_attention_backward(const AttentionShape& s, unsigned seed) {
+std::vector<CheckRow> check_attention_backward(const AttentionShape& s, unsigned seed,
+                                               AttentionVersion version) {
   require_device("check_attention_backward");
   Rng rng(mix_seed(seed, s, 2));
   const Inputs in = draw_inputs(s, rng);
@@ -128,18 +132,20 @@ std::vector<CheckRow> check_attention_backward(const AttentionShape& s, unsigned
   DeviceBuffer dq = poisoned(P * s.n_head * s.hd), dk = poisoned(P * s.n_kv_head * s.hd),
                dv = poisoned(P * s.n_kv_head * s.hd);
   attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), probs.data(), q.data(), k.data(),
-                     v.data(), s.B, s.T, s.n_head, s.n_kv_head, s.hd);
-  return {compare("attention backward dq", s, flatten(dq_d), flatten(dq_f), dq.download()),
-          compare("attention backward dk", s, flatten(dk_d), flatten(dk_f), dk.download()),
-          compare("attention backward dv", s, flatten(dv_d), flatten(dv_f), dv.download())};
+                     v.data(), s.B, s.T, s.n_head, s.n_kv_head, s.hd, version);
+  return {
+      compare("attention backward dq", version, s, flatten(dq_d), flatten(dq_f), dq.download()),
+      compare("attention backward dk", version, s, flatten(dk_d), flatten(dk_f), dk.download()),
+      compare("attention backward dv", version, s, flatten(dv_d), flatten(dv_f), dv.download())};
 }
 
 std::vector<CheckRow> check_attention(unsigned seed) {
   require_device("check_attention");
   std::vector<CheckRow> rows;
   for (const AttentionShape& s : attention_check_shapes())
-    for (auto check : {check_attention_forward, check_attention_backward})
-      for (auto& r : check(s, seed)) rows.push_back(std::move(r));
+    for (AttentionVersion v : {AttentionVersion::Rows, AttentionVersion::Gemm})
+      for (auto check : {check_attention_forward, check_attention_backward})
+        for (auto& r : check(s, seed, v)) rows.push_back(std::move(r));
   return rows;
 }
 

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/attention.h"
 #include "cuda/check_routing.h"
 
 namespace mhar::cuda {
@@ -41,15 +42,17 @@ std::string describe(const AttentionShape& s);
 std::vector<AttentionShape> attention_check_shapes();
 
 // Each check poisons every output (all are written with `=`) with NaN before the launch, so an
-// element the kernel does not write fails. Each needs a CUDA device. CheckRow::version is "v1"
-// (the only version of these kernels).
+// element the kernel does not write fails. Each needs a CUDA device. CheckRow::version is the
+// kernel version's name ("rows", "gemm").
 
 /// "attention forward out", "attention forward probs".
-std::vector<CheckRow> check_attention_forward(const AttentionShape& s, unsigned seed);
+std::vector<CheckRow> check_attention_forward(const AttentionShape& s, unsigned seed,
+                                              AttentionVersion version = AttentionVersion::Gemm);
 /// "attention backward dq", "attention backward dk", "attention backward dv".
-std::vector<CheckRow> check_attention_backward(const AttentionShape& s, unsigned seed);
+std::vector<CheckRow> check_attention_backward(const AttentionShape& s, unsigned seed,
+                                               AttentionVersion version = AttentionVersion::Gemm);
 
-/// Both checks on every shape of attention_check_shapes(): 5 rows a shape. Throws
+/// Both checks, both versions, on every shape of attention_check_shapes(): 10 rows a shape. Throws
 /// std::runtime_error when there is no CUDA device.
 std::vector<CheckRow> check_attention(unsigned seed);
 

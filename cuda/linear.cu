@@ -78,6 +78,26 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
                "cublasSgemm");
 }
 
+void gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                          const float* A, int lda, long long stride_a, const float* B, int ldb,
+                          long long stride_b, float beta, float* C, int ldc, long long stride_c,
+                          int batch) {
+  const char* where = "cuda::gemm_strided_batched";
+  require_positive(where, "M", M, "rows of C");
+  require_positive(where, "N", N, "columns of C");
+  require_positive(where, "K", K, "shared dimension");
+  require_positive(where, "batch", batch, "matrices");
+  require_pointers(where, {{"A", A}, {"B", B}, {"C", C}});
+  require(lda >= (trans_a ? M : K) && ldb >= (trans_b ? K : N) && ldc >= N, where,
+          "a leading dimension is shorter than its matrix's rows");
+  // As gemm(): row-major C = op(A) · op(B) is column-major Cᵀ = op(B)ᵀ · op(A)ᵀ.
+  check_cublas(
+      cublasSgemmStridedBatched(handle(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb,
+                                stride_b, A, lda, stride_a, &beta, C, ldc, stride_c, batch),
+      "cublasSgemmStridedBatched");
+}
+
 void linear_forward(float* y, const float* x, const float* W, int P, int in, int out) {
   // y = x · W — reference linear_forward
   gemm(false, false, P, out, in, 1.f, x, W, 0.f, y);

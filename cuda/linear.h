@@ -41,6 +41,20 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
           const float* B, float beta, float* C);
 
 /**
+ * @brief gemm() on `batch` matrix triples at once (cublasSgemmStridedBatched), each matrix a
+ *        block of a larger row-major array: C_i = alpha · op(A_i) · op(B_i) + beta · C_i.
+ *
+ * Matrix i of A starts at A + i·stride_a and its rows are lda floats apart (lda ≥ its stored
+ * columns); likewise B (ldb, stride_b) and C (ldc, stride_c). Other parameters as gemm(). The
+ * attention twin uses it for one head's slice of q, k, v (rows n_head·hd apart), batched over
+ * the sequences.
+ */
+void gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                          const float* A, int lda, long long stride_a, const float* B, int ldb,
+                          long long stride_b, float beta, float* C, int ldc, long long stride_c,
+                          int batch);
+
+/**
  * @brief y = x · W (reference linear_forward).
  * @param y    P × out (=)
  * @param x    P × in

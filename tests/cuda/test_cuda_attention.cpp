@@ -26,15 +26,17 @@ using namespace mhar::cuda::test;
 TEST_CASE("attention twin forward matches the reference (out, probs)", "[gpu][attention]") {
   if (!have_gpu()) return;
   const AttentionShape s = GENERATE(from_range(attention_check_shapes()));
-  CAPTURE(describe(s));
-  check_rows(check_attention_forward(s, 2024));
+  const AttentionVersion v = GENERATE(AttentionVersion::Rows, AttentionVersion::Gemm);
+  CAPTURE(describe(s), attention_version_name(v));
+  check_rows(check_attention_forward(s, 2024, v));
 }
 
 TEST_CASE("attention twin backward matches the reference (dq, dk, dv)", "[gpu][attention]") {
   if (!have_gpu()) return;
   const AttentionShape s = GENERATE(from_range(attention_check_shapes()));
-  CAPTURE(describe(s));
-  check_rows(check_attention_backward(s, 2024));
+  const AttentionVersion v = GENERATE(AttentionVersion::Rows, AttentionVersion::Gemm);
+  CAPTURE(describe(s), attention_version_name(v));
+  check_rows(check_attention_backward(s, 2024, v));
 }
 
 TEST_CASE("check_attention passes on every shape for several seeds", "[gpu][attention]") {
@@ -42,14 +44,16 @@ TEST_CASE("check_attention passes on every shape for several seeds", "[gpu][atte
   const unsigned seed = GENERATE(1u, 2u);
   CAPTURE(seed);
   const auto rows = check_attention(seed);
-  // Rows per shape: forward out, probs; backward dq, dk, dv.
-  CHECK(rows.size() == attention_check_shapes().size() * 5);
+  // Rows per shape and version (rows, gemm): forward out, probs; backward dq, dk, dv.
+  CHECK(rows.size() == attention_check_shapes().size() * 2 * 5);
   check_rows(rows);
 }
 
 TEST_CASE("attention is deterministic: same bits on every run", "[gpu][attention]") {
   if (!have_gpu()) return;
   // T > 64 (lanes own several keys), G = 4 (dk, dv sum four heads), several blocks.
+  const AttentionVersion version = GENERATE(AttentionVersion::Rows, AttentionVersion::Gemm);
+  CAPTURE(attention_version_name(version));
   const int B = 2, T = 130, n_head = 8, n_kv_head = 2, hd = 64;
   const std::size_t P = std::size_t(B) * T;
   mhar::Rng rng(99);
@@ -62,10 +66,10 @@ TEST_CASE("attention is deterministic: same bits on every run", "[gpu][attention
   for (int run = 0; run < 2; ++run) {
     DeviceBuffer out(P * n_head * hd), probs(std::size_t(B) * n_head * T * T);
     attention_forward(out.data(), probs.data(), d_q.data(), d_k.data(), d_v.data(), B, T, n_head,
-                      n_kv_head, hd);
+                      n_kv_head, hd, version);
     DeviceBuffer dq(P * n_head * hd), dk(P * n_kv_head * hd), dv(P * n_kv_head * hd);
     attention_backward(dq.data(), dk.data(), dv.data(), d_dout.data(), probs.data(), d_q.data(),
-                       d_k.data(), d_v.data(), B, T, n_head, n_kv_head, hd);
+                       d_k.data(), d_v.data(), B, T, n_head, n_kv_head, hd, version);
     for (const DeviceBuffer* b : {&out, &probs, &dq, &dk, &dv}) runs.push_back(b->download());
   }
   const char* names[] = {"out", "probs", "dq", "dk", "dv"};
@@ -94,6 +98,9 @@ TEST_CASE("attention twin rejects bad arguments before touching the device",
                     Contains("probs is a null pointer"));
   CHECK_THROWS_WITH(attention_forward(p, p, p, p, nullptr, 2, 4, 2, 1, 8),
                     Contains("v is a null pointer"));
+  CHECK_THROWS_WITH(
+      attention_forward(p, p, p, p, p, 2, 4, 2, 1, 8, static_cast<AttentionVersion>(9)),
+      Contains("unknown AttentionVersion 9"));
 
   CHECK_THROWS_WITH(attention_backward(p, p, p, p, p, p, p, p, 2, 4, 4, 3, 8),
                     Contains("n_head = 4 must be a multiple of n_kv_head = 3"));

@@ -62,3 +62,19 @@ inline cublasStatus_t cublasSgemm(cublasHandle_t, cublasOperation_t ta, cublasOp
     }
   return CUBLAS_STATUS_SUCCESS;
 }
+
+/// Batched: matrix i of A, B, C at A + i·stride_a, and so on.
+inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
+                                                cublasOperation_t tb, int m, int n, int k,
+                                                const float* alpha, const float* A, int lda,
+                                                long long stride_a, const float* B, int ldb,
+                                                long long stride_b, const float* beta, float* C,
+                                                int ldc, long long stride_c, int batch) {
+  if (batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
+  for (int i = 0; i < batch; ++i) {
+    const cublasStatus_t s = cublasSgemm(h, ta, tb, m, n, k, alpha, A + i * stride_a, lda,
+                                         B + i * stride_b, ldb, beta, C + i * stride_c, ldc);
+    if (s != CUBLAS_STATUS_SUCCESS) return s;
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
