@@ -74,6 +74,24 @@ __device__ inline double block_sum(double v) {
   return buf[0];
 }
 
+/// Once per process: the default memory pool keeps what scratch buffers free instead of handing
+/// it back to the driver at every synchronisation (release threshold: no limit), so a training
+/// step's scratch is mapped once, not once a step. Where pools are not supported, nothing.
+inline void keep_pool_memory() {
+  static const bool done = [] {
+    int device = 0;
+    cudaMemPool_t pool;
+    if (cudaGetDevice(&device) == cudaSuccess &&
+        cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
+      unsigned long long threshold = ~0ull;
+      cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold);
+    }
+    cudaGetLastError();  // an unsupported pool is not an error here
+    return true;
+  }();
+  (void)done;
+}
+
 /// `count` elements of device memory for one call, stream-ordered on the default stream (no
 /// device-wide synchronisation); falls back to cudaMalloc where memory pools are unsupported.
 template <typename T>
@@ -81,6 +99,7 @@ class Scratch {
  public:
   Scratch(std::size_t count, const char* where) {
     if (count == 0) return;
+    keep_pool_memory();
     const std::size_t bytes = count * sizeof(T);
     void* p = nullptr;
     cudaError_t status = cudaMallocAsync(&p, bytes, 0);

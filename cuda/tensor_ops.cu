@@ -27,6 +27,8 @@ using detail::thread_stride;
 
 /// Most blocks of dot_partial, so that one block of dot_total sums their partials.
 constexpr std::size_t kMaxPartials = 1024;
+/// Rows per partial sum of column_sum_add.
+constexpr std::size_t kColumnChunk = 64;
 
 __global__ void add_elements(float* __restrict__ y, const float* __restrict__ x, std::size_t n) {
   for (std::size_t k = thread_index(); k < n; k += thread_stride()) y[k] += x[k];
@@ -49,12 +51,28 @@ __global__ void add_row_elements(float* __restrict__ y, const float* __restrict_
   for (std::size_t k = thread_index(); k < n; k += thread_stride()) y[k] += row[k % d];
 }
 
-/// One thread per column c: out[c] += Σ_p x[p, c], p increasing.
-__global__ void column_sum_columns(float* __restrict__ out, const float* __restrict__ x, int P,
+/// Column sum, first half: partial[k, c] = Σ_{p in chunk k} x[p, c], p increasing; one thread
+/// per (chunk k, column c), so every multiprocessor has work even when d is small.
+__global__ void column_sum_partial(float* __restrict__ partial, const float* __restrict__ x, int P,
                                    int d) {
+  const std::size_t chunks = ceil_div(static_cast<std::size_t>(P), kColumnChunk);
+  for (std::size_t idx = thread_index(); idx < chunks * d; idx += thread_stride()) {
+    const std::size_t k = idx / d, c = idx % d;
+    const std::size_t rows = static_cast<std::size_t>(P), end_k = (k + 1) * kColumnChunk;
+    const std::size_t end = end_k < rows ? end_k : rows;
+    float s = 0.f;
+    for (std::size_t p = k * kColumnChunk; p < end; ++p) s += x[p * d + c];
+    partial[idx] = s;
+  }
+}
+
+/// Column sum, second half: out[c] += Σ_k partial[k, c], chunks in increasing order; one thread
+/// per column. The split depends on P only: the same bits on every run.
+__global__ void column_sum_columns(float* __restrict__ out, const float* __restrict__ partial,
+                                   int chunks, int d) {
   for (std::size_t c = thread_index(); c < static_cast<std::size_t>(d); c += thread_stride()) {
     float s = 0.f;
-    for (int p = 0; p < P; ++p) s += x[static_cast<std::size_t>(p) * d + c];
+    for (int k = 0; k < chunks; ++k) s += partial[static_cast<std::size_t>(k) * d + c];
     out[c] += s;
   }
 }
@@ -132,7 +150,12 @@ void add_row(float* y, const float* row, int P, int d) {
 void column_sum_add(float* out, const float* x, int P, int d) {
   require_matrix("cuda::column_sum_add", P, d);
   require_pointers("cuda::column_sum_add", {{"out", out}, {"x", x}});
-  column_sum_columns<<<grid_for(static_cast<std::size_t>(d)), kThreads>>>(out, x, P, d);
+  const std::size_t chunks = ceil_div(static_cast<std::size_t>(P), kColumnChunk);
+  Scratch<float> partial(chunks * d, "cuda::column_sum_add");
+  column_sum_partial<<<grid_for(chunks * d), kThreads>>>(partial.get(), x, P, d);
+  check_launch("column_sum_add: column_sum_partial launch");
+  column_sum_columns<<<grid_for(static_cast<std::size_t>(d)), kThreads>>>(
+      out, partial.get(), static_cast<int>(chunks), d);
   check_launch("column_sum_add: column_sum_columns launch");
 }
 

@@ -92,6 +92,31 @@ TEST_CASE("clipping twins match the reference (grad_sq_norm accumulating, scale)
   check_rows(check_clip(s, 2024));
 }
 
+TEST_CASE("column_sum_add matches a double sum, over several chunks of rows", "[gpu][layers]") {
+  if (!have_gpu()) return;
+  // P spans several 64-row chunks and ends in a partial one; d is odd. out starts non-zero (+=).
+  const int P = GENERATE(1, 63, 64, 1000), d = 37;
+  CAPTURE(P);
+  mhar::Rng rng(7);
+  const auto x = random_vector(rng, std::size_t(P) * d), out0 = random_vector(rng, d);
+  std::vector<double> truth(d);
+  std::vector<float> ref_float(d);
+  for (int c = 0; c < d; ++c) {
+    double t = 0.0;
+    float f = 0.f;
+    for (int p = 0; p < P; ++p) {
+      t += x[std::size_t(p) * d + c];
+      f += x[std::size_t(p) * d + c];
+    }
+    truth[c] = out0[c] + t;
+    ref_float[c] = out0[c] + f;
+  }
+  DeviceBuffer dx(x), dout(out0);
+  column_sum_add(dout.data(), dx.data(), P, d);
+  check_rows({compare_with_truth("column_sum_add", "v1", "P=" + std::to_string(P) + " d=37", truth,
+                                 ref_float, dout.download())});
+}
+
 TEST_CASE("check_layers passes on every shape for several seeds", "[gpu][layers]") {
   if (!have_gpu()) return;
   const unsigned seed = GENERATE(1u, 2u);

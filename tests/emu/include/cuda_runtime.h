@@ -452,6 +452,14 @@ inline cudaError_t cudaMemset(void* d, int v, std::size_t n) {
 inline cudaError_t cudaMemsetAsync(void* d, int v, std::size_t n, cudaStream_t) {
   return cudaMemset(d, v, n);
 }
+/// Memory pools: accepted and ignored (the emulator's allocations are plain malloc).
+using cudaMemPool_t = struct EmuMemPool*;
+enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold };
+inline cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int) {
+  *pool = nullptr;
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, cudaMemPoolAttr, void*) { return cudaSuccess; }
 inline cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
   *free_bytes = std::size_t(8) << 30;
   *total_bytes = std::size_t(16) << 30;
