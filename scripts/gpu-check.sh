@@ -10,6 +10,7 @@
 #   4. mhar-toy bench routing       kernel GB/s and % of copy bandwidth at the tiny and the paper's
 #                                   100M shape; GPU step time of mhar ÷ residual at both
 #   5. mhar-toy bench step          the tiny training step: 2 CPU threads vs the GPU (the 20× target)
+#   6. compute-sanitizer memcheck   the GPU training step in every mode (where the tool works)
 # and prints the card, the commit and a summary last. Each step has its own time limit; the whole
 # run stays under 8 minutes on a 16-core machine.
 #
@@ -103,6 +104,25 @@ cpu_ms=$(awk '$1 == "mhar" { print $3 }' "$BUILD.cpu-step.log")
 gpu_ms=$(awk '$1 == "mhar" { print $3 }' "$BUILD.gpu-step.log")
 if [[ -n "$cpu_ms" && -n "$gpu_ms" ]]; then
   note "tiny mhar step: CPU (2 threads) $cpu_ms ms, GPU $gpu_ms ms: $(awk -v c="$cpu_ms" -v g="$gpu_ms" 'BEGIN { printf "%.1f", c / g }')× (target ≥ 20×)"
+fi
+
+# 6. memcheck (compute-sanitizer, where it works: seen on Firecracker machines, refused on
+#    gVisor): the whole training step in every mode touches every kernel and cuBLAS call.
+if command -v compute-sanitizer >/dev/null 2>&1; then
+  echo "== compute-sanitizer memcheck: the GPU training step in every mode [$(elapsed)]"
+  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 \
+    "$BUILD/tests/cuda/test_cuda" "GPU training step matches*" >"$BUILD.memcheck.log" 2>&1
+  rc=$?
+  tail -5 "$BUILD.memcheck.log"
+  case $rc in
+    0) note "memcheck: clean (training step, every mode)" ;;
+    124) note "memcheck: timed out after 150 s (not a failure of the code)" ;;
+    3) status=1; note "memcheck: ERRORS (see $BUILD.memcheck.log)" ;;
+    1) status=1; note "memcheck: no memory errors reported, but test cases failed (see $BUILD.memcheck.log)" ;;
+    *) note "memcheck: could not run (rc $rc; see $BUILD.memcheck.log)" ;;
+  esac
+else
+  note "memcheck: compute-sanitizer not on this machine"
 fi
 
 echo
