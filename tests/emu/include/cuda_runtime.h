@@ -23,11 +23,13 @@
  *   cudaGetLastError() returns cudaErrorInvalidConfiguration, as on a GPU.
  *
  * What it does not emulate: the memory model between threads running at once, speed, streams,
- * atomics, warp-level primitives other than the three above, texture memory, events.
+ * atomics, warp-level primitives other than the three above, texture memory; events time the
+ * host.
  */
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -452,6 +454,29 @@ inline cudaError_t cudaMemset(void* d, int v, std::size_t n) {
 inline cudaError_t cudaMemsetAsync(void* d, int v, std::size_t n, cudaStream_t) {
   return cudaMemset(d, v, n);
 }
+/// Events: a host clock (everything before a record has already run on the emulator).
+struct EmuEvent {
+  std::chrono::steady_clock::time_point at;
+};
+using cudaEvent_t = EmuEvent*;
+inline cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  *e = new EmuEvent{};
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete e;
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = 0) {
+  e->at = std::chrono::steady_clock::now();
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t stop) {
+  *ms = std::chrono::duration<float, std::milli>(stop->at - start->at).count();
+  return cudaSuccess;
+}
+
 /// Memory pools: accepted and ignored (the emulator's allocations are plain malloc).
 using cudaMemPool_t = struct EmuMemPool*;
 enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold };
