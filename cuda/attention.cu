@@ -105,6 +105,35 @@ __device__ float attention_scale(int hd) {
   return 1.0f / sqrtf(static_cast<float>(hd));
 }
 
+/// (2) on row t of a probs matrix, which holds the scores of s ≤ t: probs = softmax over s ≤ t,
+/// max subtracted; zeros above the diagonal. One warp, lane owns s = lane, lane + 32, …
+/// — reference "a.row(t).head(t + 1) = (row − row.maxCoeff()).exp()", "/= sum()", and
+/// "a = Mat<T>::Zero(T_len, T_len)".
+__device__ void softmax_causal_row(float* a, int t, int T, int lane) {
+  float m = -CUDART_INF_F;
+  for (int s = lane; s <= t; s += kWarp) m = fmaxf(m, a[s]);
+  m = warp_max(m);
+  float sum = 0.f;
+  for (int s = lane; s <= t; s += kWarp) {
+    a[s] = expf(a[s] - m);
+    sum += a[s];
+  }
+  sum = warp_sum(sum);
+  for (int s = lane; s <= t; s += kWarp) a[s] /= sum;
+  for (int s = t + 1 + lane; s < T; s += kWarp) a[s] = 0.f;
+}
+
+/// From (2), on row t: dst holds dprobs[t, s ≤ t] on entry, ds = probs ⊙ (dprobs − rowdot) · scale
+/// on return, zeros above the diagonal — reference "rowdot = rowsum(dprobs ⊙ probs)", "ds =".
+__device__ void softmax_causal_backward_row(float* dst, const float* a, int t, int T, int lane,
+                                            float scale) {
+  float rowdot = 0.f;
+  for (int s = lane; s <= t; s += kWarp) rowdot += dst[s] * a[s];
+  rowdot = warp_sum(rowdot);
+  for (int s = lane; s <= t; s += kWarp) dst[s] = a[s] * (dst[s] - rowdot) * scale;
+  for (int s = t + 1 + lane; s < T; s += kWarp) dst[s] = 0.f;
+}
+
 // ============================================================================================
 // Forward
 // ============================================================================================
@@ -128,26 +157,14 @@ __global__ void attention_forward_rows(float* __restrict__ out, float* __restric
 
   // (1) scores = q_h · k_hᵀ / √hd, causal: only s ≤ t — reference "Mat<T> s = (qh * khᵀ) * scale"
   //     Lane owns s = lane, lane + 32, …; the score waits in a[s] until (2) overwrites it.
-  float m = -CUDART_INF_F;
   for (int s = lane; s <= t; s += kWarp) {
     const float* ks = k + head_at(b, s, g, T, n_kv_head, hd);
     float dot = 0.f;
     for (int c = 0; c < hd; ++c) dot += qt[c] * ks[c];
     a[s] = dot * scale;
-    m = fmaxf(m, a[s]);
   }
-  // (2) probs = softmax over s ≤ t, max subtracted — reference "a.row(t).head(t + 1) = (row −
-  //     row.maxCoeff()).exp()", then "/= sum()"
-  m = warp_max(m);
-  float sum = 0.f;
-  for (int s = lane; s <= t; s += kWarp) {
-    a[s] = expf(a[s] - m);
-    sum += a[s];
-  }
-  sum = warp_sum(sum);
-  for (int s = lane; s <= t; s += kWarp) a[s] /= sum;
-  // zero above the diagonal — reference "a = Mat<T>::Zero(T_len, T_len)"
-  for (int s = t + 1 + lane; s < T; s += kWarp) a[s] = 0.f;
+  // (2) probs = softmax over s ≤ t, max subtracted; zeros above the diagonal
+  softmax_causal_row(a, t, T, lane);
   __syncwarp();  // (3) reads the whole row, written by every lane
 
   // (3) out_h = probs · v_h — reference "out.block(…) = a * vh"; lane owns columns c, c + 32, …
@@ -164,7 +181,7 @@ __global__ void attention_forward_rows(float* __restrict__ out, float* __restric
 // ============================================================================================
 
 /// First half: one warp per query row (b, h, t), row index (b·n_head + h)·T + t as in the
-/// forward. Writes ds[t, s ≤ t] (its upper triangle is never written nor read) and dq[t].
+/// forward. Writes row t of ds (zeros above the diagonal) and dq[t].
 __global__ void attention_backward_rows(float* __restrict__ dq, float* __restrict__ ds,
                                         const float* __restrict__ dout,
                                         const float* __restrict__ probs,
@@ -184,19 +201,14 @@ __global__ void attention_backward_rows(float* __restrict__ dq, float* __restric
 
   // from out_h = probs · v_h:  dprobs = dout_h · v_hᵀ — reference "dprobs ="; lane owns
   // s = lane, lane + 32, …, and dprobs[t,s] waits in dst[s] until ds overwrites it.
-  // from the softmax:  rowdot = rowsum(dprobs ⊙ probs) — reference "rowdot ="
-  float rowdot = 0.f;
   for (int s = lane; s <= t; s += kWarp) {
     const float* vs = v + head_at(b, s, g, T, n_kv_head, hd);
     float dprobs = 0.f;
     for (int c = 0; c < hd; ++c) dprobs += dout_t[c] * vs[c];
     dst[s] = dprobs;
-    rowdot += dprobs * a[s];
   }
-  rowdot = warp_sum(rowdot);
-  // ds = probs ⊙ (dprobs − rowdot) · scale; masked entries (s > t) are 0 in the reference and
-  // are left out here — reference "ds ="
-  for (int s = lane; s <= t; s += kWarp) dst[s] = a[s] * (dst[s] - rowdot) * scale;
+  // from the softmax: ds = probs ⊙ (dprobs − rowdot) · scale (the lane reads its own dst[s])
+  softmax_causal_backward_row(dst, a, t, T, lane, scale);
   __syncwarp();  // dq reads the whole row of ds, written by every lane
 
   // from scores = q_h · k_hᵀ / √hd:  dq_h = ds · k_h — reference "dq.block(…) = ds * kh"; lane
@@ -252,21 +264,8 @@ __global__ void attention_backward_keys(float* __restrict__ dk, float* __restric
 __global__ void softmax_causal_rows(float* __restrict__ probs, int T, std::size_t rows) {
   const std::size_t row = warp_row();
   if (row >= rows) return;
-  const int lane = static_cast<int>(threadIdx.x % kWarp);
-  const int t = static_cast<int>(row % T);
-  float* a = probs + row * T;
-  // reference "a.row(t).head(t + 1) = (row − row.maxCoeff()).exp()", then "/= sum()"
-  float m = -CUDART_INF_F;
-  for (int s = lane; s <= t; s += kWarp) m = fmaxf(m, a[s]);
-  m = warp_max(m);
-  float sum = 0.f;
-  for (int s = lane; s <= t; s += kWarp) {
-    a[s] = expf(a[s] - m);
-    sum += a[s];
-  }
-  sum = warp_sum(sum);
-  for (int s = lane; s <= t; s += kWarp) a[s] /= sum;
-  for (int s = t + 1 + lane; s < T; s += kWarp) a[s] = 0.f;  // reference "a = Zero(T, T)"
+  softmax_causal_row(probs + row * T, static_cast<int>(row % T), T,
+                     static_cast<int>(threadIdx.x % kWarp));
 }
 
 /// From (2): ds = probs ⊙ (dprobs − rowdot) · scale on one row; ds holds dprobs on entry.
@@ -275,17 +274,8 @@ __global__ void softmax_causal_backward_rows(float* __restrict__ ds,
                                              std::size_t rows, float scale) {
   const std::size_t row = warp_row();
   if (row >= rows) return;
-  const int lane = static_cast<int>(threadIdx.x % kWarp);
-  const int t = static_cast<int>(row % T);
-  const float* a = probs + row * T;
-  float* dst = ds + row * T;
-  // rowdot = rowsum(dprobs ⊙ probs) — reference "rowdot ="
-  float rowdot = 0.f;
-  for (int s = lane; s <= t; s += kWarp) rowdot += dst[s] * a[s];
-  rowdot = warp_sum(rowdot);
-  // ds = probs ⊙ (dprobs − rowdot) · scale — reference "ds ="; 0 where masked (s > t)
-  for (int s = lane; s <= t; s += kWarp) dst[s] = a[s] * (dst[s] - rowdot) * scale;
-  for (int s = t + 1 + lane; s < T; s += kWarp) dst[s] = 0.f;
+  softmax_causal_backward_row(ds + row * T, probs + row * T, static_cast<int>(row % T), T,
+                              static_cast<int>(threadIdx.x % kWarp), scale);
 }
 
 /// Head slices for the batched products: head `head` of a P × (heads·hd) matrix is, per

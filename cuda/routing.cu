@@ -647,6 +647,17 @@ __device__ void store_chunks(float* __restrict__ row, const float (&x)[X], int d
   }
 }
 
+/// qg = q ⊙ g on this lane's columns (zeros past d): the products q_c · g_c of (2).
+template <int X>
+__device__ void load_qg(float (&qg)[X], const float* __restrict__ q, const float* __restrict__ g,
+                        int d, int lane) {
+  float gg[X];
+  load_chunks(qg, q, d, lane);
+  load_chunks(gg, g, d, lane);
+#pragma unroll
+  for (int k = 0; k < X; ++k) qg[k] *= gg[k];
+}
+
 /// Σ_e a[4j+e]·b[4j+e] for each chunk j.
 template <int C>
 __device__ void chunk_dots(float (&out)[C], const float (&a)[4 * C], const float (&b)[4 * C]) {
@@ -683,13 +694,9 @@ __global__ void __launch_bounds__(kWarpBlock, C < 8 ? 2 : 1)
   bool owner[C];
   chunk_heads(head, owner, W, lane);
   float qg[4 * C], s[4 * C], next[4 * C], acc[4 * C], m[C], l[C];
-  load_chunks(qg, q, d, lane);
-  load_chunks(next, g, d, lane);
+  load_qg(qg, q, g, d, lane);
 #pragma unroll
-  for (int k = 0; k < 4 * C; ++k) {
-    qg[k] *= next[k];  // q_c · g_c
-    acc[k] = 0.f;
-  }
+  for (int k = 0; k < 4 * C; ++k) acc[k] = 0.f;
 #pragma unroll
   for (int j = 0; j < C; ++j) {
     m[j] = -INFINITY;
@@ -764,13 +771,9 @@ __global__ void __launch_bounds__(kWarpBlock, C < 8 ? 2 : 1)
   bool owner[C];
   chunk_heads(head, owner, W, lane);
   float qg[4 * C], go[4 * C], s[4 * C], ds[4 * C], nacc[4 * C];
-  load_chunks(qg, q, d, lane);
-  load_chunks(s, g, d, lane);
+  load_qg(qg, q, g, d, lane);
 #pragma unroll
-  for (int k = 0; k < 4 * C; ++k) {
-    qg[k] *= s[k];  // q_c · g_c
-    nacc[k] = 0.f;
-  }
+  for (int k = 0; k < 4 * C; ++k) nacc[k] = 0.f;
 
   for (std::size_t p = warp; p < static_cast<std::size_t>(P); p += warps) {  // warp-uniform
     // D[h] = Σ_{c∈h} dout[p,c] · out[p,c]   (replaces a pass over the sources)
