@@ -714,7 +714,7 @@ __global__ void __launch_bounds__(kWarpBlock, C < 8 ? 2 : 1)
     float sum_sq = 0.f;
 #pragma unroll
     for (int k = 0; k < 4 * C; ++k) sum_sq += s[k] * s[k];
-    const float r = 1.0f / sqrtf(segment_sum(sum_sq, 32) / d + kEps);
+    const float r = 1.0f / sqrtf(warp_sum(sum_sq) / d + kEps);
 
     // (2) z_i[h] = r_i · Σ_{c∈h} q_c g_c S_i[p,c]
     float z[C];
@@ -796,7 +796,7 @@ __global__ void __launch_bounds__(kWarpBlock, C < 8 ? 2 : 1)
       float sum_sq = 0.f;
 #pragma unroll
       for (int k = 0; k < 4 * C; ++k) sum_sq += s[k] * s[k];
-      const float r = 1.0f / sqrtf(segment_sum(sum_sq, 32) / d + kEps);
+      const float r = 1.0f / sqrtf(warp_sum(sum_sq) / d + kEps);
 
       // from (4): a_i[h] = Σ_{c∈h} dout ⊙ S_i;  from (3): dz_i[h] = α_i[h] · (a_i[h] − D[h]);
       // b_i[h] = Σ_{c∈h} q_c g_c S_i[c], so that Σ_c u_i[c] S_i[c] = Σ_h dz_i[h] b_i[h]
@@ -812,7 +812,7 @@ __global__ void __launch_bounds__(kWarpBlock, C < 8 ? 2 : 1)
         if (owner[j]) part += dz[j] * b[j];  // each head once, by its owner
       }
       // (1): the RMS term's coefficient (r_i³/d) · Σ_c u_i[c] S_i[p,c]
-      const float coef = r * r * r / d * segment_sum(part, 32);
+      const float coef = r * r * r / d * warp_sum(part);
 #pragma unroll
       for (int j = 0; j < C; ++j)
 #pragma unroll
@@ -894,6 +894,26 @@ void prepare_shared_memory(Kernel kernel, const FusedLayout& L, int d, int H, co
         "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
 }
 
+/// Blocks for one wave of `kernel` over `groups` work items: as many as fit on the GPU at once
+/// (a function of the device and the shape only, so the order of the dq, dg sums, and their
+/// bits, never change between runs), at most one per item.
+template <typename Kernel>
+unsigned one_wave(Kernel kernel, int threads, std::size_t smem, std::size_t groups,
+                  const char* where) {
+  int device = 0, sms = 0, per_sm = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+        "cudaDeviceGetAttribute(MultiProcessorCount)");
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem),
+        "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  if (per_sm < 1)
+    throw std::runtime_error(std::string(where) + ": a block of " + std::to_string(threads) +
+                             " threads and " + std::to_string(smem) +
+                             " bytes of shared memory does not fit on this device");
+  return static_cast<unsigned>(
+      std::min<std::size_t>(groups, static_cast<std::size_t>(per_sm) * sms));
+}
+
 void forward_naive(float* out, float* alpha, const float* sources, const float* q, const float* g,
                    int N, int P, int d, int H) {
   const std::size_t rows = static_cast<std::size_t>(N) * P;
@@ -954,21 +974,8 @@ void backward_fused_vpt(const FusedLayout& L, float* dsources, float* dq, float*
                         int H) {
   const auto kernel = routing_backward_fused<VPT>;
   prepare_shared_memory(kernel, L, d, H, "routing_backward (fused)");
-  // One wave: as many blocks as fit on the GPU at once (a function of the device and the
-  // shape only, so the order of the dq, dg sums, and their bits, never change between runs).
-  int device = 0, sms = 0, per_sm = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
-        "cudaDeviceGetAttribute(MultiProcessorCount)");
-  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, L.R * L.TT, L.smem_bytes()),
-        "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-  if (per_sm < 1)
-    throw std::runtime_error("routing_backward (fused): a block of " + std::to_string(L.R * L.TT) +
-                             " threads and " + std::to_string(L.smem_bytes()) +
-                             " bytes of shared memory does not fit on this device");
-  const std::size_t groups = ceil_div(P, L.R);
-  const auto blocks =
-      static_cast<unsigned>(std::min<std::size_t>(groups, static_cast<std::size_t>(per_sm) * sms));
+  const unsigned blocks =
+      one_wave(kernel, L.R * L.TT, L.smem_bytes(), ceil_div(P, L.R), "routing_backward (fused)");
   const int rows = static_cast<int>(blocks) * L.R;
   Scratch partial(static_cast<std::size_t>(rows) * d);
   kernel<<<blocks, L.R * L.TT, L.smem_bytes()>>>(dsources, partial.get(), dout, out, alpha, sources,
@@ -998,19 +1005,8 @@ void backward_warp_c(float* dsources, float* dq, float* dg, const float* dout, c
                      const float* alpha, const float* sources, const float* q, const float* g,
                      int N, int P, int d, int H) {
   const auto kernel = routing_backward_warp<C>;
-  // One wave, as in the fused backward: the order of the dq, dg sums depends on the device and
-  // the shape only.
-  int device = 0, sms = 0, per_sm = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
-        "cudaDeviceGetAttribute(MultiProcessorCount)");
-  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarpBlock, 0),
-        "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-  if (per_sm < 1)
-    throw std::runtime_error("routing_backward (warp): a block of " + std::to_string(kWarpBlock) +
-                             " threads does not fit on this device");
-  const auto blocks = static_cast<unsigned>(
-      std::min<std::size_t>(ceil_div(P, kWarpBlock / 32), static_cast<std::size_t>(per_sm) * sms));
+  const unsigned blocks =
+      one_wave(kernel, kWarpBlock, 0, ceil_div(P, kWarpBlock / 32), "routing_backward (warp)");
   const int rows = static_cast<int>(blocks) * (kWarpBlock / 32);
   Scratch partial(static_cast<std::size_t>(rows) * d);
   kernel<<<blocks, kWarpBlock>>>(dsources, partial.get(), dout, out, alpha, sources, q, g, N, P, d,

@@ -63,9 +63,6 @@ struct dim3 {
 struct alignas(16) float4 {
   float x, y, z, w;
 };
-struct alignas(8) float2 {
-  float x, y;
-};
 
 /// The running fiber's indices (set by the scheduler before it switches to a fiber).
 inline dim3 threadIdx, blockIdx, blockDim, gridDim;
@@ -152,7 +149,6 @@ struct Machine {
   std::map<const void*, std::size_t> smem_optin;  ///< per kernel, from cudaFuncSetAttribute
   cudaError_t last_error = cudaSuccess;
   long launches = 0;
-  long switches = 0;
 };
 
 inline Machine& machine() {
@@ -171,7 +167,6 @@ inline void yield(State why, const char* where) {
   Fiber& f = m.fibers[static_cast<std::size_t>(m.current)];
   f.state = why;
   f.where = where;
-  ++m.switches;
   switch_context(f.context, m.scheduler);
 }
 
@@ -328,13 +323,6 @@ inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
   return r;
 }
 
-inline float __expf(float x) {
-  return std::exp(x);
-}
-inline float rsqrtf(float x) {
-  return 1.f / std::sqrt(x);
-}
-
 // --- host API -----------------------------------------------------------------------------------
 
 enum cudaMemcpyKind {
@@ -471,7 +459,9 @@ inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = 0) {
   e->at = std::chrono::steady_clock::now();
   return cudaSuccess;
 }
-inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventSynchronize(cudaEvent_t) {
+  return cudaSuccess;
+}
 inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t stop) {
   *ms = std::chrono::duration<float, std::milli>(stop->at - start->at).count();
   return cudaSuccess;
@@ -484,7 +474,9 @@ inline cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int) {
   *pool = nullptr;
   return cudaSuccess;
 }
-inline cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, cudaMemPoolAttr, void*) { return cudaSuccess; }
+inline cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, cudaMemPoolAttr, void*) {
+  return cudaSuccess;
+}
 inline cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
   *free_bytes = std::size_t(8) << 30;
   *total_bytes = std::size_t(16) << 30;
