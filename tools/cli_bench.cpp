@@ -264,6 +264,7 @@ void bench_steps(const Config& base, int batch, int repeats, const std::string& 
   print_step_table(configs, labels, batch, runs, repeats);
 }
 
+#ifdef MHAR_WITH_CUDA
 /// The paper's 100M shape (L = 12, d = 512, H = 4) at P = 32 × 512 = 16384 positions.
 Config paper_100m() {
   Config c;
@@ -277,6 +278,7 @@ Config paper_100m() {
   return c;
 }
 constexpr int kPaperBatch = 32;
+#endif
 
 }  // namespace
 

@@ -267,8 +267,9 @@ class CudaBackend : public Backend {
 };
 #endif
 
-std::unique_ptr<Backend> make_backend(const std::string& device, const Config& cfg, int batch,
-                                      Params<float>& p, Params<float>& m, Params<float>& v) {
+std::unique_ptr<Backend> make_backend([[maybe_unused]] const std::string& device, const Config& cfg,
+                                      int batch, Params<float>& p, Params<float>& m,
+                                      Params<float>& v) {
 #ifdef MHAR_WITH_CUDA
   if (device == "cuda") return std::make_unique<CudaBackend>(cfg, batch, p, m, v);
 #endif
