@@ -84,8 +84,9 @@ echo "$commit"
 
 DEPS=()
 if [[ -d build-deps/root/usr ]]; then
-  # fmt header-only: Debian's libfmt.so.9 needs a libstdc++ and glibc as new as Debian 12's.
-  DEPS=(-DCMAKE_PREFIX_PATH="$PWD/build-deps/root/usr" -DMHAR_FMT_HEADER_ONLY=ON)
+  # fmt and Catch2's main from their headers: Debian's built libraries may need a newer glibc and
+  # libstdc++ than the GPU machine's image has.
+  DEPS=(-DCMAKE_PREFIX_PATH="$PWD/build-deps/root/usr" -DMHAR_HEADER_ONLY_DEPS=ON)
   export LD_LIBRARY_PATH="$PWD/build-deps/root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   echo "== using build-deps/ (carried Debian packages)"
 fi
