@@ -111,6 +111,19 @@ grep -i "warning" "$LOGS/build.log" | head -20 || true
 echo "built in $(elapsed)"
 TOY="$BUILD/tools/mhar-toy"
 
+# Local-memory traffic (register spills) in each routing kernel's machine code: ptxas reports
+# spills for fused<4> and fused<16> (docs/kernels.md); the count of LDL/STL instructions says
+# how many places touch them. Only where cuobjdump is (not on the development machine).
+if command -v cuobjdump >/dev/null 2>&1; then
+  cuobjdump -sass "$BUILD/cuda/libmhar_cuda.a" >"$LOGS/sass.txt" 2>/dev/null || true
+  awk '/Function :/ { name = $NF } /LDL|STL/ && name ~ /routing/ { n[name]++ }
+       END { for (k in n) printf "%4d LDL/STL  %s\n", n[k], k }' "$LOGS/sass.txt" \
+    | c++filt | sort -k3 >"$LOGS/spills.txt"
+  echo "== local loads and stores in the routing kernels' SASS"
+  cat "$LOGS/spills.txt"
+  note "SASS: $(wc -l <"$LOGS/spills.txt") routing kernels with local loads or stores (see $LOGS/spills.txt)"
+fi
+
 run_ctest() {  # label regex limit
   local limit
   limit=$(step_limit "$3")
