@@ -87,7 +87,6 @@ if [[ -d build-deps/root/usr ]]; then
   # fmt and Catch2's main from their headers: Debian's built libraries may need a newer glibc and
   # libstdc++ than the GPU machine's image has.
   DEPS=(-DCMAKE_PREFIX_PATH="$PWD/build-deps/root/usr" -DMHAR_HEADER_ONLY_DEPS=ON)
-  export LD_LIBRARY_PATH="$PWD/build-deps/root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   echo "== using build-deps/ (carried Debian packages)"
 fi
 command -v cmake >/dev/null || { echo "gpu-check: no cmake on this machine" >&2; exit 1; }

@@ -9,6 +9,8 @@
 #   usage:  scripts/gpu-deps.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# libfmt9: never linked there (gpu-check builds fmt header-only), but fmt's CMake config checks
+# that the library file it names exists.
 pkgs=(libeigen3-dev catch2 libcli11-dev libfmt-dev libfmt9 nlohmann-json3-dev libstb-dev)
 rm -rf build-deps
 mkdir -p build-deps/debs build-deps/root
