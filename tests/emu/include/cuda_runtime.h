@@ -37,6 +37,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <memory>
@@ -340,33 +341,33 @@ struct cudaDeviceProp {
 };
 using cudaStream_t = int;
 
+namespace mhar_emu {
+/// The name and the text the CUDA runtime gives each error this emulator can raise.
+struct ErrorText {
+  cudaError_t code;
+  const char* name;
+  const char* text;
+};
+inline const ErrorText& error_text(cudaError_t e) {
+  static constexpr ErrorText kTexts[] = {
+      {cudaSuccess, "cudaSuccess", "no error"},
+      {cudaErrorInvalidValue, "cudaErrorInvalidValue", "invalid argument"},
+      {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
+      {cudaErrorInvalidConfiguration, "cudaErrorInvalidConfiguration",
+       "invalid configuration argument"},
+      {cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},
+  };
+  for (const ErrorText& t : kTexts)
+    if (t.code == e) return t;
+  return kTexts[std::size(kTexts) - 1];
+}
+}  // namespace mhar_emu
+
 inline const char* cudaGetErrorString(cudaError_t e) {
-  switch (e) {
-    case cudaSuccess:
-      return "no error";
-    case cudaErrorInvalidValue:
-      return "invalid argument";
-    case cudaErrorMemoryAllocation:
-      return "out of memory";
-    case cudaErrorInvalidConfiguration:
-      return "invalid configuration argument";
-    default:
-      return "operation not supported";
-  }
+  return mhar_emu::error_text(e).text;
 }
 inline const char* cudaGetErrorName(cudaError_t e) {
-  switch (e) {
-    case cudaSuccess:
-      return "cudaSuccess";
-    case cudaErrorInvalidValue:
-      return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation:
-      return "cudaErrorMemoryAllocation";
-    case cudaErrorInvalidConfiguration:
-      return "cudaErrorInvalidConfiguration";
-    default:
-      return "cudaErrorNotSupported";
-  }
+  return mhar_emu::error_text(e).name;
 }
 inline cudaError_t cudaGetLastError() {
   const cudaError_t e = mhar_emu::machine().last_error;
