@@ -6,7 +6,12 @@
 
 #include <filesystem>
 
+#include <fmt/format.h>
+
+#include <cmath>
+
 #include "errors.h"
+#include "memory.h"
 #include "safetensors.h"
 
 namespace mhar::toy {
@@ -73,7 +78,37 @@ void fill(Mat<float>& m, const io::SafeTensors& st, const std::string& name,
                      std::to_string(m.rows()) + "×" + std::to_string(m.cols()));
   }
   const std::vector<float> v = t->to_f32();
+  for (std::size_t i = 0; i < v.size(); ++i)
+    if (!std::isfinite(v[i]))
+      throw UsageError(fmt::format("{}: tensor '{}' holds a non-finite value ({}) at element {} "
+                                   "(row {}, column {}); refusing to load it",
+                                   path, name, v[i], i, i / m.cols(), i % m.cols()));
   std::copy(v.begin(), v.end(), m.data());
+}
+
+/// Compares the config with the file's tensors before anything of the config's size is
+/// allocated: a config that claims d = 10⁹ over a file of a few megabytes is refused here.
+void check_config_against_file(const Config& cfg, const io::SafeTensors& st,
+                               const std::string& path) {
+  double in_file = 0;
+  for (const auto& [name, t] : st.tensors) {
+    double n = 1;
+    for (auto s : t.shape) n *= static_cast<double>(s);
+    in_file += n;
+  }
+  const double expected = param_count(cfg);
+  if (const io::Tensor* e = st.find("embed");
+      e && (e->shape.size() != 2 || e->shape[0] != cfg.vocab || e->shape[1] != cfg.d)) {
+    std::string got;
+    for (auto s : e->shape) got += (got.empty() ? "" : "×") + std::to_string(s);
+    throw UsageError(fmt::format("{}: the config says vocab × d = {}×{}, but tensor 'embed' is {}",
+                                 path, cfg.vocab, cfg.d, got));
+  }
+  if (expected != in_file)
+    throw UsageError(fmt::format(
+        "{}: the config (d = {}, L = {}, ffn = {}, mode {}) has {:.0f} parameters, the file's "
+        "tensors hold {:.0f}",
+        path, cfg.d, cfg.L, cfg.ffn, mode_name(cfg.mode), expected, in_file));
 }
 
 io::SafeTensors load_or_usage_error(const std::string& path) {
@@ -129,6 +164,9 @@ Checkpoint load_checkpoint(const std::string& path_or_dir) {
     throw UsageError(path + ": bad step '" + meta("step") + "' in the metadata");
   }
   ck.metadata = st.metadata;
+  check_config_against_file(ck.cfg, st, path);
+  // T does not show in any tensor's shape: a config with an absurd T is caught here.
+  require_memory(ck.cfg, 1, sizeof(float), Workload::Forward, path);
   ck.params = zero_params<float>(ck.cfg);
   std::size_t expected = 0;
   ck.params.for_each([&](const std::string& name, Mat<float>& m, bool) {

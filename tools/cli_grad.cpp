@@ -14,13 +14,14 @@
 #include "cli_common.h"
 #include "data.h"
 #include "errors.h"
+#include "memory.h"
 #include "safetensors.h"
 
 namespace mhar::toy {
 
 Subcommand register_grad(CLI::App& app) {
   struct Opts {
-    std::string ckpt, data = "data/tinyshakespeare.txt", out = "grads.safetensors", mode = "mhar";
+    std::string ckpt, data = kDefaultCorpus, out = "grads.safetensors", mode = "mhar";
     std::string precision = "f64";
     Config cfg;
     int batch = 2;
@@ -50,9 +51,11 @@ Subcommand register_grad(CLI::App& app) {
               p = cast_params<double>(ck.params);
             } else {
               cfg = model_config(o->cfg, o->mode);
+              require_memory(cfg, o->batch, 8, Workload::Gradient, "grad");
               Rng rng(o->seed);
               p = cast_params<double>(init_params<float>(cfg, rng));  // the float init, exactly
             }
+            require_memory(cfg, o->batch, 8, Workload::Gradient, "grad");
             const Corpus corpus = load_corpus(o->data, 0.1, cfg.T);
             const Batch b = random_batch(corpus.train, o->batch, cfg.T, o->batch_seed, 0, 3);
             double loss = 0;

@@ -16,6 +16,7 @@
 #include "data.h"
 #include "errors.h"
 #include "heatmap.h"
+#include "memory.h"
 
 namespace mhar::toy {
 
@@ -95,7 +96,7 @@ Subcommand register_sample(CLI::App& app) {
 
 Subcommand register_eval(CLI::App& app) {
   struct Opts {
-    std::string ckpt, data = "data/tinyshakespeare.txt", split = "val";
+    std::string ckpt, data = kDefaultCorpus, split = "val";
     double val_fraction = 0.1;
     int batch = 16;
     long max_windows = 0;
@@ -118,6 +119,7 @@ Subcommand register_eval(CLI::App& app) {
         if (o->split != "val" && o->split != "all")
           throw UsageError("--split must be val or all, got '" + o->split + "'");
         const Checkpoint ck = load_checkpoint(o->ckpt);
+        require_memory(ck.cfg, o->batch, sizeof(float), Workload::Forward, "eval");
         const int T = ck.cfg.T;
         std::vector<std::uint8_t> bytes;
         if (o->split == "val")
@@ -155,7 +157,7 @@ Subcommand register_eval(CLI::App& app) {
 
 Subcommand register_heatmap(CLI::App& app) {
   struct Opts {
-    std::string ckpt, data = "data/tinyshakespeare.txt", out;
+    std::string ckpt, data = kDefaultCorpus, out;
     int batch = 16;
     double val_fraction = 0.1;
     std::uint64_t seed = 1;
@@ -177,6 +179,7 @@ Subcommand register_heatmap(CLI::App& app) {
               throw UsageError(o->ckpt +
                                " is a 'residual' model: it has no routing to draw "
                                "(train attnres, mhar, block or delta)");
+            require_memory(ck.cfg, o->batch, sizeof(float), Workload::Forward, "heatmap");
             const Corpus corpus = load_corpus(o->data, o->val_fraction, ck.cfg.T);
             const Batch b = random_batch(corpus.val, o->batch, ck.cfg.T, o->seed, 0, 2);
             std::string out = o->out;

@@ -42,7 +42,7 @@ double mean_row_cos(const Mat<float>& a, const Mat<float>& b) {
 
 Subcommand register_stream(CLI::App& app) {
   struct Opts {
-    std::string ckpt, data = "data/tinyshakespeare.txt", csv;
+    std::string ckpt, data = kDefaultCorpus, csv;
     int batch = 8;
     std::uint64_t seed = 1;
   };

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <random>
 
@@ -13,7 +14,26 @@
 
 namespace mhar::toy {
 
-std::vector<std::uint8_t> read_file_bytes(const std::string& path) {
+std::string resolve_data_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (path != kDefaultCorpus || fs::exists(path, ec)) return path;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return path;
+  const fs::path name = fs::path(path).filename();
+  for (const fs::path& dir : {exe.parent_path().parent_path().parent_path() / "data",
+                              exe.parent_path().parent_path() / "share" / "mhar" / "data"}) {
+    if (fs::is_regular_file(dir / name, ec)) return (dir / name).string();
+  }
+  return path;
+}
+
+std::vector<std::uint8_t> read_file_bytes(const std::string& given) {
+  const std::string path = resolve_data_path(given);
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw UsageError("'" + path + "' is a directory, not a file (give a text file, e.g. --data " +
+                     kDefaultCorpus + ")");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UsageError("cannot open '" + path + "': " + std::strerror(errno));
   std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)),
@@ -26,7 +46,7 @@ Corpus load_corpus(const std::string& path, double val_fraction, int T) {
   if (!(val_fraction > 0.0 && val_fraction < 1.0))
     throw UsageError("--val-fraction must be in (0, 1), got " + std::to_string(val_fraction));
   Corpus c;
-  c.path = path;
+  c.path = resolve_data_path(path);
   const auto bytes = read_file_bytes(path);
   const auto n_val = static_cast<std::size_t>(static_cast<double>(bytes.size()) * val_fraction);
   const std::size_t need = static_cast<std::size_t>(T) + 1;

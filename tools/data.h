@@ -40,7 +40,20 @@ Batch sequential_batch(const std::vector<std::uint8_t>& data, long first_window,
 /// How many non-overlapping windows of stride T fit in `data`.
 long window_count(const std::vector<std::uint8_t>& data, int T);
 
-/// Reads a whole file into memory; throws UsageError naming the file and the OS error.
+/// The default --data: tiny-Shakespeare, as a path relative to the repository (or install) root.
+inline constexpr const char* kDefaultCorpus = "data/tinyshakespeare.txt";
+
+/**
+ * @brief Where to read `path` from. Any path but kDefaultCorpus is returned unchanged. The
+ * default corpus is looked up in the current folder first, then beside the executable: in the
+ * build tree (`<exe>/../../data/`, for build/tools/mhar-toy) and installed
+ * (`<exe>/../share/mhar/data/`, see `cmake --install`). If none exists the path is returned
+ * unchanged and reading it gives the usual "cannot open" error.
+ */
+std::string resolve_data_path(const std::string& path);
+
+/// Reads a whole file into memory; throws UsageError naming the file and the OS error, or
+/// saying that it is a directory. Applies resolve_data_path first.
 std::vector<std::uint8_t> read_file_bytes(const std::string& path);
 
 }  // namespace mhar::toy

@@ -8,6 +8,7 @@
 #include <malloc.h>
 
 #include <CLI/CLI.hpp>
+#include <new>
 #include <vector>
 
 #include "cli_common.h"
@@ -59,6 +60,11 @@ int main(int argc, char** argv) {
   } catch (const DivergedError& e) {
     fmt::print(stderr, "\nmhar-toy: diverged: {}\n", e.what());
     return kDiverged;
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr,
+               "\nmhar-toy: failed: out of memory (a buffer could not be allocated); try a "
+               "smaller model, batch or sequence length\n");
+    return kFailure;
   } catch (const std::exception& e) {
     fmt::print(stderr, "\nmhar-toy: failed: {}\n", e.what());
     return kFailure;

@@ -22,6 +22,7 @@
 #include "errors.h"
 #include "figures.h"
 #include "heatmap.h"
+#include "memory.h"
 #include "optim.h"
 
 #ifdef MHAR_WITH_CUDA
@@ -489,6 +490,7 @@ int train(const TrainOptions& o) {
     throw UsageError("'" + o.out + "' already holds a run; continue it with --resume " + o.out +
                      " or choose another --out (nothing is overwritten)");
   pick_device(o.device);
+  require_memory(o.cfg, o.batch, sizeof(float), Workload::Training, "train");
   load_corpus(o.data, o.val_fraction, o.cfg.T);  // fail before creating anything
   check_writable_dir(dir);
   io::write_text_file_atomic((dir / "config.json").string(),
@@ -518,6 +520,7 @@ int resume(const std::string& dir_s, int steps, bool quiet) {
     io::write_text_file_atomic(cfg_path.string(), train_options_to_json(o).dump(2) + "\n");
   }
   validate(o);
+  require_memory(o.cfg, o.batch, sizeof(float), Workload::Training, "train --resume");
   Checkpoint ck = load_checkpoint((dir / "checkpoint.safetensors").string());
   if (config_to_json(ck.cfg) != config_to_json(o.cfg))
     throw UsageError(dir_s + ": checkpoint.safetensors holds a different model than config.json");

@@ -11,13 +11,14 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "data.h"
 #include "model.h"
 
 namespace mhar::toy {
 
 struct TrainOptions {
   Config cfg;
-  std::string data = "data/tinyshakespeare.txt";
+  std::string data = kDefaultCorpus;
   std::string out = "runs/mhar";
   std::string device = "auto";
   int steps = 600;

@@ -12,11 +12,14 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
 #include "checkpoint.h"
+#include "memory.h"
 #include "safetensors.h"
 
 namespace fs = std::filesystem;
@@ -310,6 +313,119 @@ TEST_CASE("bad input gets a clear message and exit code 2", "[cli][bad-input]") 
     CHECK_THAT(r.out, Contains(c.message));
   }
   CHECK_FALSE(fs::exists(run));  // nothing was created by the refused runs
+}
+
+namespace {
+
+/// Rewrites a checkpoint file through `edit` (metadata or tensor data), as a damaged or forged
+/// file would arrive.
+template <typename F>
+void edit_checkpoint(const fs::path& from, const fs::path& to, F&& edit) {
+  mhar::io::SafeTensors st = mhar::io::load_safetensors(from.string());
+  edit(st);
+  mhar::io::save_safetensors(to.string(), st);
+}
+
+/// Sets one config field in a checkpoint's metadata.
+void forge_config(mhar::io::SafeTensors& st, const std::string& key, long long value) {
+  nlohmann::json c = nlohmann::json::parse(st.metadata.at("config"));
+  c[key] = value;
+  st.metadata["config"] = c.dump();
+}
+
+/// Replaces element `i` of tensor `name` (stored as F32) by `value`.
+void poison_tensor(mhar::io::SafeTensors& st, const std::string& name, std::size_t i, float value) {
+  for (auto& [n, t] : st.tensors)
+    if (n == name) {
+      std::vector<float> v = t.to_f32();
+      v.at(i) = value;
+      t = mhar::io::Tensor::from_f32(t.shape, v.data());
+      return;
+    }
+  FAIL("no tensor " << name);
+}
+
+}  // namespace
+
+TEST_CASE("inputs that once crashed get a clear message and exit 2, and create nothing",
+          "[cli][bad-input]") {
+  const fs::path d = scratch("crash");
+  REQUIRE(toy("train" + kTinyCpu + " --steps 2 --out " + (d / "ok").string()).code == 0);
+  const fs::path ck = d / "ok" / "checkpoint.safetensors";
+  edit_checkpoint(ck, d / "big-d.safetensors",
+                  [](auto& st) { forge_config(st, "d", 1000000000); });
+  edit_checkpoint(ck, d / "big-ffn.safetensors",
+                  [](auto& st) { forge_config(st, "ffn", 1000000000); });
+  edit_checkpoint(ck, d / "big-t.safetensors",
+                  [](auto& st) { forge_config(st, "T", 1000000000); });
+  edit_checkpoint(ck, d / "nan.safetensors",
+                  [](auto& st) { poison_tensor(st, "layers.1.wq", 5, std::nanf("")); });
+  edit_checkpoint(ck, d / "inf.safetensors", [](auto& st) {
+    poison_tensor(st, "route.q", 0, std::numeric_limits<float>::infinity());
+  });
+  const std::string data = std::string(" --data ") + MHAR_DATA;
+  struct Case {
+    std::string args, message;
+  };
+  const Case cases[] = {
+      {"eval " + (d / "big-d.safetensors").string() + data,
+       "the config says vocab × d = 256×1000000000, but tensor 'embed' is 256×32"},
+      {"eval " + (d / "big-ffn.safetensors").string() + data, "the file's tensors hold"},
+      {"sample " + (d / "big-t.safetensors").string() + " -n 4", "needs about"},
+      {"eval " + (d / "nan.safetensors").string() + data,
+       "tensor 'layers.1.wq' holds a non-finite value (nan) at element 5"},
+      {"eval " + (d / "inf.safetensors").string() + data,
+       "tensor 'route.q' holds a non-finite value (inf)"},
+      {"train" + kTinyCpu + " --d 1000000 --out " + (d / "huge").string(), "this machine has"},
+      {"grad --d 1000000 --n-head 4" + data, "grad needs about"},
+      {"eval " + (d / "ok").string() + " --batch 100000000" + data, "eval needs about"},
+      {"train" + kTinyCpu + " --data " + d.string() + " --out " + (d / "dir").string(),
+       "is a directory, not a file"},
+      {"eval " + (d / "ok").string() + " --data " + d.string(), "is a directory, not a file"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.args);
+    const Result r = toy(c.args);
+    CAPTURE(r.out);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.out, Contains(c.message));
+    CHECK_THAT(r.out, !Contains("bad_alloc") && !Contains("basic_filebuf"));
+  }
+  CHECK_FALSE(fs::exists(d / "huge"));
+  CHECK_FALSE(fs::exists(d / "dir"));
+}
+
+TEST_CASE("the default corpus is found from any folder, beside the executable",
+          "[cli][data]") {
+  const fs::path d = scratch("elsewhere");
+  // No --data: data/tinyshakespeare.txt is not in this folder, so mhar-toy finds the build tree's.
+  const std::string cmd = "cd " + d.string() + " && " + MHAR_TOY +
+                          " train --d 32 --layers 2 --n-head 2 --n-kv-head 1 --ffn 48 --seq-len 32"
+                          " --batch 4 --steps 2 --eval-every 2 --eval-batches 1 --threads 1 -q"
+                          " --device cpu --out run > log.txt 2>&1";
+  const int status = std::system(cmd.c_str());
+  std::ifstream in(d / "log.txt");
+  std::stringstream log;
+  log << in.rdbuf();
+  CAPTURE(log.str());
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(fs::exists(d / "run" / "checkpoint.safetensors"));
+}
+
+TEST_CASE("the memory estimate counts exactly the parameters the model allocates",
+          "[cli][memory]") {
+  for (const char* mode : {"residual", "attnres", "mhar", "block", "delta"}) {
+    for (int L : {2, 3}) {
+      mhar::Config c;
+      c.mode = mhar::parse_mode(mode);
+      c.d = 48, c.L = L, c.n_head = 4, c.n_kv_head = 2, c.ffn = 40, c.T = 8, c.H = 4;
+      c.n_blocks = 2;
+      CAPTURE(mode, L);
+      CHECK(mhar::toy::param_count(c) ==
+            static_cast<double>(mhar::count_params(mhar::zero_params<float>(c))));
+    }
+  }
 }
 
 /// Runs `train --device cuda` on kTiny: exit 4 means this machine has no GPU (or no CUDA build).

@@ -1,0 +1,72 @@
+/**
+ * @file memory.cpp
+ * @brief The memory estimate of memory.h.
+ */
+#include "memory.h"
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "errors.h"
+
+namespace mhar::toy {
+
+double param_count(const Config& c) {
+  const double d = c.d, hd = c.head_dim(), L = c.L;
+  const double per_layer = 2 * d                        // attn_norm, mlp_norm
+                           + d * c.n_head * hd * 2      // wq, wo
+                           + d * c.n_kv_head * hd * 2   // wk, wv
+                           + 3 * d * c.ffn;             // w_gate, w_up, w_down
+  double n = static_cast<double>(c.vocab) * d + L * per_layer + d;  // embed, layers, final_norm
+  if (c.routed()) n += 2.0 * c.n_sites() * d;                       // route.q, route.g
+  if (c.mode == Mode::Delta) n += d + 2 * L;                        // delta.null, delta.gate
+  return n;
+}
+
+double memory_needed(const Config& c, int B, int scalar_bytes, Workload w) {
+  const double P = static_cast<double>(B) * c.T, d = c.d, L = c.L, hd = c.head_dim();
+  const double copies = w == Workload::Training ? 4 : w == Workload::Gradient ? 2 : 1;
+  double per_position = (2 * L + 1) * d      // primitives E, out_0 … out_{2L−1}
+                        + 2 * (2 * L) * d    // sub-layer inputs and their normed values
+                        + L * (2 * c.n_head * hd + 2 * c.n_kv_head * hd)  // q, attn, k, v
+                        + L * c.n_head * static_cast<double>(c.T)         // attention probs
+                        + L * 3.0 * c.ffn                                 // MLP saved values
+                        + 2 * static_cast<double>(c.vocab)                // logits, softmax
+                        + 4 * d;                                          // final read
+  if (c.routed()) {
+    const double sources = c.mode == Mode::Block || c.mode == Mode::Delta ? c.n_blocks + 3 : 1;
+    per_position += c.n_sites() * d * sources;  // routing outputs (block, delta: copied sources)
+  }
+  if (w != Workload::Forward) per_position += (2 * L + 3) * d + L * 3.0 * c.ffn;  // backward
+  const double bytes = (copies * param_count(c) + P * per_position) * scalar_bytes;
+  return 1.25 * bytes;
+}
+
+double memory_available() {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string key;
+    double kib = 0;
+    if (ls >> key >> kib && key == "MemAvailable:") return kib * 1024.0;
+  }
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+}
+
+void require_memory(const Config& c, int B, int scalar_bytes, Workload w, const std::string& what) {
+  const double need = memory_needed(c, B, scalar_bytes, w), have = memory_available();
+  if (have <= 0 || need <= have) return;
+  constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+  throw UsageError(fmt::format(
+      "{} needs about {:.3g} GiB for d = {}, L = {}, ffn = {}, T = {}, B = {} ({:.3g} parameters), "
+      "this machine has {:.3g} GiB available; choose a smaller model or batch",
+      what, need / GiB, c.d, c.L, c.ffn, c.T, B, param_count(c), have / GiB));
+}
+
+}  // namespace mhar::toy
