@@ -35,5 +35,6 @@ Subcommand register_plot(CLI::App& app);
 Subcommand register_check(CLI::App& app);
 Subcommand register_bench(CLI::App& app);
 Subcommand register_stream(CLI::App& app);
+Subcommand register_probe(CLI::App& app);
 
 }  // namespace mhar::toy

@@ -304,6 +304,7 @@ TEST_CASE("bad input gets a clear message and exit code 2", "[cli][bad-input]") 
       {"heatmap " + (d / "ok").string() + " --batch 0", "--batch must be positive"},
       {"plot " + (d / "nowhere").string(), "is '"},
       {"grad --heads 5 --d 32", "must divide d = 32"},
+      {"probe " + (d / "ok").string() + " --slices 3", "--slices = 3 must divide the width d = 32"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.args);
