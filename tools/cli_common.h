@@ -36,5 +36,6 @@ Subcommand register_check(CLI::App& app);
 Subcommand register_bench(CLI::App& app);
 Subcommand register_stream(CLI::App& app);
 Subcommand register_probe(CLI::App& app);
+Subcommand register_sweep(CLI::App& app);
 
 }  // namespace mhar::toy

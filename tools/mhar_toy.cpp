@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
   const std::vector<Subcommand> subs = {
       register_train(app),   register_sample(app),  register_eval(app), register_grad(app),
       register_heatmap(app), register_convert(app), register_plot(app), register_check(app),
-      register_bench(app),   register_stream(app), register_probe(app)};
+      register_bench(app),   register_stream(app), register_probe(app),
+      register_sweep(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -427,6 +428,93 @@ TEST_CASE("the memory estimate counts exactly the parameters the model allocates
             static_cast<double>(mhar::count_params(mhar::zero_params<float>(c))));
     }
   }
+}
+
+namespace {
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+/// The sweep grid of the tests: two tiny runs, one residual and one attnres.
+const std::string kSweepGrid =
+    std::string(" --modes residual,attnres --widths 32 --seeds 1 --jobs 1 --layers 2 --n-head 2"
+                " --n-kv-head 1 --seq-len 32 --batch 4 --eval-every 50 --eval-batches 2"
+                " --ckpt-every 5 --steps 80 --data ") +
+    MHAR_DATA;
+
+}  // namespace
+
+TEST_CASE("sweep: a bad grid is refused before any run starts", "[cli][sweep]") {
+  const fs::path d = scratch("sweep-bad");
+  const std::string out = " --out " + (d / "s").string();
+  const std::pair<std::string, std::string> cases[] = {
+      {"sweep --modes mhar --widths 32,48 --heads 5" + out, "H = 5 must divide d = 32"},
+      {"sweep --modes residual,mha --widths 32" + out, "unknown residual mode 'mha'"},
+      {"sweep --widths 32,abc" + out, "--widths: 'abc' is not an integer"},
+      {"sweep --modes attnres --widths 30" + out, "n_head = 4 must divide d = 30"},
+      {"sweep --modes attnres --widths 32 --stpes 5" + out, "a flag passed to train is not valid"},
+      {"sweep --modes attnres --widths 32 --d 16" + out, "--d is set by the sweep"},
+      {"sweep --modes attnres --widths 32", "--out DIR is required"},
+  };
+  for (const auto& [args, message] : cases) {
+    CAPTURE(args);
+    const Result r = toy(args);
+    CAPTURE(r.out);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.out, Contains(message));
+  }
+  CHECK_FALSE(fs::exists(d / "s"));
+}
+
+TEST_CASE("sweep: killed midway and rerun, it resumes and gives the uninterrupted summary",
+          "[cli][sweep]") {
+  const fs::path d = scratch("sweep");
+  const Result whole = toy("sweep" + kSweepGrid + " --out " + (d / "whole").string());
+  REQUIRE(whole.code == 0);
+  CHECK_THAT(whole.out, Contains("[2/2] attnres-d32-seed1: val"));
+
+  const fs::path cut = d / "cut";
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const std::string cmd = std::string(MHAR_TOY) + " sweep" + kSweepGrid + " --out " +
+                            cut.string() + " > " + (d / "cut.log").string() + " 2>&1";
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Interrupt once the second run has a checkpoint and is still training (no timed assertion).
+  const fs::path second = cut / "attnres-d32-seed1";
+  // (Up to 10 minutes: a loaded CI machine can be slow; the loop ends as soon as it is there.)
+  for (int i = 0; i < 12000 && metrics(second).size() < 12; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  kill(pid, SIGINT);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  REQUIRE(WIFEXITED(status));
+  CAPTURE(read_text(d / "cut.log"));
+  CHECK(WEXITSTATUS(status) == 130);
+  CHECK_THAT(read_text(d / "cut.log"), Contains("stopped attnres-d32-seed1: checkpoint saved"));
+
+  const Result again = toy("sweep" + kSweepGrid + " --out " + cut.string());
+  CAPTURE(again.out);
+  REQUIRE(again.code == 0);
+  CHECK_THAT(again.out, Contains("skip    residual-d32-seed1: finished (step 80)"));
+  CHECK_THAT(again.out, Contains("resume  attnres-d32-seed1: from step"));
+  CHECK(read_text(cut / "summary.csv") == read_text(d / "whole" / "summary.csv"));
+  CHECK(read_text(cut / "attnres-d32-seed1" / "checkpoint.safetensors") ==
+        read_text(d / "whole" / "attnres-d32-seed1" / "checkpoint.safetensors"));
+
+  // The summary's numbers are the runs' own metrics.
+  const auto rows = metrics(d / "whole" / "attnres-d32-seed1");
+  const std::string csv = read_text(d / "whole" / "summary.csv");
+  CHECK_THAT(csv, Contains(fmt::format("attnres,32,1,1,{:.6f},", rows.back().at("val_loss").get<double>())));
+  const Result summary = toy("sweep --summary " + (d / "whole").string());
+  CHECK(summary.code == 0);
+  CHECK(read_text(d / "whole" / "summary.csv") == csv);
 }
 
 /// Runs `train --device cuda` on kTiny: exit 4 means this machine has no GPU (or no CUDA build).

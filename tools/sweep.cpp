@@ -1,0 +1,178 @@
+/**
+ * @file sweep.cpp
+ * @brief The sweep's grid and summary (see sweep.h); cli_sweep.cpp runs the grid.
+ */
+#include "sweep.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "checkpoint.h"
+#include "data.h"
+#include "errors.h"
+#include "figures.h"
+#include "probe.h"
+
+namespace mhar::toy {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+int mode_rank(const std::string& m) {
+  static const std::vector<std::string> order = {"residual", "attnres", "mhar", "block", "delta"};
+  return static_cast<int>(std::find(order.begin(), order.end(), m) - order.begin());
+}
+
+std::string number_or_empty(double v, const char* f = "{:.4f}") {
+  return std::isnan(v) ? std::string() : fmt::format(fmt::runtime(f), v);
+}
+
+}  // namespace
+
+std::vector<SweepRun> expand_grid(const SweepGrid& g) {
+  if (g.modes.empty() || g.widths.empty() || g.seeds.empty() || g.heads.empty())
+    throw UsageError("sweep: --modes, --widths, --heads and --seeds must each name at least one");
+  if (!(g.ffn_ratio > 0)) throw UsageError("sweep: --ffn-ratio must be positive");
+  std::vector<SweepRun> runs;
+  for (const std::string& mode : g.modes) {
+    Mode m;
+    try {
+      m = parse_mode(mode);
+    } catch (const ShapeError& e) {
+      throw UsageError(fmt::format("sweep: --modes: {}", e.what()));
+    }
+    const bool one_head = m == Mode::Residual || m == Mode::AttnRes;
+    for (int d : g.widths)
+      for (int H : one_head ? std::vector<int>{0} : g.heads)
+        for (int seed : g.seeds) {
+          SweepRun r;
+          r.mode = mode, r.d = d, r.H = H, r.seed = seed;
+          r.ffn = std::max(8, static_cast<int>(std::lround(g.ffn_ratio * d / 8.0)) * 8);
+          Config c = g.base;
+          c.mode = m, c.d = d, c.H = H, c.ffn = r.ffn;
+          try {
+            c.validate();
+          } catch (const ShapeError& e) {
+            throw UsageError(fmt::format("sweep: the run {} d={} H={} cannot be built: {}", mode,
+                                         d, H, e.what()));
+          }
+          r.name = m == Mode::Residual || m == Mode::AttnRes
+                       ? fmt::format("{}-d{}-seed{}", mode, d, seed)
+                       : fmt::format("{}-d{}-H{}-seed{}", mode, d, c.route_heads(), seed);
+          runs.push_back(r);
+        }
+  }
+  return runs;
+}
+
+std::vector<SweepRow> summarize_sweep(const std::string& dir_s, std::vector<std::string>* unfinished) {
+  struct Acc {
+    std::vector<double> val, excess;
+  };
+  std::map<std::tuple<int, int, int>, Acc> groups;  // (mode rank, d, H)
+  std::map<int, std::string> mode_names;
+  std::error_code ec;
+  if (!fs::is_directory(dir_s, ec)) throw UsageError("sweep: '" + dir_s + "' is not a directory");
+  std::vector<fs::path> dirs;
+  for (const auto& e : fs::directory_iterator(dir_s, ec))
+    if (e.is_directory() && fs::exists(e.path() / "config.json")) dirs.push_back(e.path());
+  std::sort(dirs.begin(), dirs.end());
+  for (const fs::path& run : dirs) {
+    nlohmann::json j;
+    try {
+      std::ifstream in(run / "config.json");
+      j = nlohmann::json::parse(in);
+    } catch (const std::exception& e) {
+      throw UsageError(fmt::format("sweep: {}: not valid JSON: {}", (run / "config.json").string(),
+                                   e.what()));
+    }
+    const Config cfg = config_from_json(j.at("model"), (run / "config.json").string());
+    const long steps = j.at("train").at("steps").get<long>();
+    long last_step = -1;
+    double val = std::nan("");
+    std::ifstream metrics(run / "metrics.jsonl");
+    for (std::string line; std::getline(metrics, line);) {
+      try {
+        const auto row = nlohmann::json::parse(line);
+        last_step = row.at("step").get<long>();
+        if (row.contains("val_loss")) val = row.at("val_loss").get<double>();
+      } catch (const std::exception&) {
+        break;  // a torn last line: the run did not finish
+      }
+    }
+    if (last_step != steps || std::isnan(val) || !fs::exists(run / "checkpoint.safetensors")) {
+      if (unfinished) unfinished->push_back(run.filename().string());
+      continue;
+    }
+    const std::string mode = mode_name(cfg.mode);
+    const int H = cfg.routed() ? cfg.route_heads() : 0;
+    Acc& acc = groups[{mode_rank(mode), cfg.d, H}];
+    mode_names[mode_rank(mode)] = mode;
+    acc.val.push_back(val);
+    if (cfg.routed() && cfg.route_heads() == 1) {
+      const Checkpoint ck = load_checkpoint((run / "checkpoint.safetensors").string());
+      const std::string data = j.at("train").at("data").get<std::string>();
+      const Corpus corpus = load_corpus(data, j.at("train").at("val_fraction").get<double>(), cfg.T);
+      const int windows = 16;
+      const Batch b = random_batch(corpus.val, windows, cfg.T, 0, 0, 4);
+      acc.excess.push_back(probe_model(cfg, ck.params, b, windows, ProbeOptions{}).mean.excess);
+    }
+  }
+  std::vector<SweepRow> rows;
+  std::map<int, double> residual_at;  // d → residual val mean
+  for (const auto& [key, acc] : groups) {
+    const auto [rank, d, H] = key;
+    SweepRow r;
+    r.mode = mode_names[rank], r.d = d, r.H = H, r.n = static_cast<int>(acc.val.size());
+    double s = 0, ss = 0;
+    for (double v : acc.val) s += v;
+    r.val_mean = s / r.n;
+    for (double v : acc.val) ss += (v - r.val_mean) * (v - r.val_mean);
+    r.val_sd = r.n > 1 ? std::sqrt(ss / (r.n - 1)) : std::nan("");
+    r.excess_mean = std::nan("");
+    if (!acc.excess.empty()) {
+      double e = 0;
+      for (double v : acc.excess) e += v;
+      r.excess_mean = e / static_cast<double>(acc.excess.size());
+    }
+    if (r.mode == "residual") residual_at[d] = r.val_mean;
+    rows.push_back(r);
+  }
+  for (SweepRow& r : rows)
+    r.delta_vs_residual =
+        residual_at.count(r.d) ? r.val_mean - residual_at.at(r.d) : std::nan("");
+  return rows;
+}
+
+void write_sweep_summary(const std::string& dir, const std::vector<SweepRow>& rows) {
+  std::string csv = "mode,d,H,n,val_mean,val_sd,delta_vs_residual,excess_mean\n";
+  std::string md =
+      "# Sweep summary\n\n"
+      "Final validation loss (nats/byte) per (mode, d, H) over n seeds; delta_vs_residual is "
+      "val_mean minus the residual model's at the same width; excess_mean is the mean learned "
+      "excess of `mhar-toy probe` (single-head runs only; the paper: 0.235 at d 512 to 0.606 at "
+      "d 1280).\n\n"
+      "| mode | d | H | n | val mean | val sd | Δ vs residual | learned excess |\n"
+      "|---|---|---|---|---|---|---|---|\n";
+  for (const SweepRow& r : rows) {
+    csv += fmt::format("{},{},{},{},{:.6f},{},{},{}\n", r.mode, r.d, r.H, r.n, r.val_mean,
+                       number_or_empty(r.val_sd, "{:.6f}"),
+                       number_or_empty(r.delta_vs_residual, "{:.6f}"),
+                       number_or_empty(r.excess_mean, "{:.6f}"));
+    md += fmt::format("| {} | {} | {} | {} | {:.4f} | {} | {} | {} |\n", r.mode, r.d,
+                      r.H == 0 ? std::string("-") : std::to_string(r.H), r.n, r.val_mean,
+                      number_or_empty(r.val_sd), number_or_empty(r.delta_vs_residual, "{:+.4f}"),
+                      number_or_empty(r.excess_mean));
+  }
+  io::write_text_file_atomic((fs::path(dir) / "summary.csv").string(), csv);
+  io::write_text_file_atomic((fs::path(dir) / "summary.md").string(), md);
+}
+
+}  // namespace mhar::toy
