@@ -21,6 +21,19 @@
  * - A launch the hardware would refuse (more than 1024 threads, a grid too large, dynamic shared
  *   memory above 48 KiB without opting in, or above the Hopper opt-in limit) is not run; the next
  *   cudaGetLastError() returns cudaErrorInvalidConfiguration, as on a GPU.
+ * - A fault inside a kernel (`__trap()`, or the launch numbered MHAR_EMU_FAULT_LAUNCH in the
+ *   environment, counting from 1) stops that launch and behaves as on a GPU, where the kernel is
+ *   still running when its launch returns: the launch itself reports success, the fault
+ *   (cudaErrorLaunchFailure) surfaces at the next launch or synchronising call (cudaMemcpy,
+ *   cudaDeviceSynchronize, …), and from then on it is sticky: every call returns it, no kernel
+ *   runs. Only mhar_emu::clear_fault() (a test hook; on a GPU, a new process) ends it.
+ * - Memory pools: cudaDeviceGetAttribute(cudaDevAttrMemoryPoolsSupported) reports
+ *   Machine::pools_supported (1; tests set 0). Where it is 0, or Machine::pool_refuses is set
+ *   (a driver that claims pools but refuses them), cudaMallocAsync fails with
+ *   cudaErrorNotSupported or cudaErrorNotPermitted; Machine::pool_misalign shifts what
+ *   cudaMallocAsync returns by that many bytes. Machine counts cudaMalloc and cudaMallocAsync
+ *   calls and pool queries, and keeps the last request's size, so a test can tell which path an
+ *   allocator took and what it asked for.
  *
  * What it does not emulate: the memory model between threads running at once, speed, streams,
  * atomics, warp-level primitives other than the three above, texture memory; events time the
@@ -73,6 +86,8 @@ enum cudaError_t {
   cudaErrorInvalidValue = 1,
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
+  cudaErrorLaunchFailure = 719,
+  cudaErrorNotPermitted = 800,
   cudaErrorNotSupported = 801,
 };
 
@@ -150,6 +165,22 @@ struct Machine {
   std::map<const void*, std::size_t> smem_optin;  ///< per kernel, from cudaFuncSetAttribute
   cudaError_t last_error = cudaSuccess;
   long launches = 0;
+  // Faults (see the file comment).
+  cudaError_t fault = cudaSuccess;  ///< a kernel's fault, sticky once visible
+  bool fault_visible = false;       ///< false while "the faulting kernel still runs"
+  bool trapped = false;             ///< the running block called __trap()
+  long fault_launch = [] {          ///< MHAR_EMU_FAULT_LAUNCH: this launch faults (0: none)
+    const char* v = std::getenv("MHAR_EMU_FAULT_LAUNCH");
+    return v ? std::atol(v) : 0L;
+  }();
+  // Memory pools (see the file comment).
+  int pools_supported = 1;
+  bool pool_refuses = false;
+  std::size_t pool_misalign = 0;
+  std::map<void*, void*> shifted;  ///< what cudaMallocAsync returned → what malloc returned
+  long malloc_calls = 0, malloc_async_calls = 0;
+  long pool_queries = 0;             ///< cudaDevAttrMemoryPoolsSupported queries
+  std::size_t last_alloc_bytes = 0;  ///< bytes of the last cudaMalloc or cudaMallocAsync
 };
 
 inline Machine& machine() {
@@ -161,6 +192,22 @@ inline Machine& machine() {
   std::fprintf(stderr, "mhar CUDA emulator: %s\n", what.c_str());
   std::fflush(stderr);
   std::abort();
+}
+
+/// The sticky fault, made visible: what a call after a faulting kernel returns (cudaSuccess
+/// when no kernel faulted).
+inline cudaError_t sticky() {
+  Machine& m = machine();
+  if (m.fault != cudaSuccess) m.fault_visible = true;
+  return m.fault;
+}
+
+/// Test hook: forgets a kernel's fault (on a GPU only a new process does).
+inline void clear_fault() {
+  Machine& m = machine();
+  m.fault = cudaSuccess;
+  m.fault_visible = false;
+  m.last_error = cudaSuccess;
 }
 
 inline void yield(State why, const char* where) {
@@ -219,8 +266,18 @@ inline bool refuse(const Config& c, const void* kernel) {
 template <typename Kernel, typename... Args>
 void run(Kernel kernel, const Config& c, Args... args) {
   Machine& m = machine();
+  if (sticky() != cudaSuccess) {  // after a fault no kernel runs
+    m.last_error = m.fault;
+    return;
+  }
   if (refuse(c, reinterpret_cast<const void*>(kernel))) {
     m.last_error = cudaErrorInvalidConfiguration;
+    return;
+  }
+  if (m.fault_launch > 0 && m.launches + 1 == m.fault_launch) {  // MHAR_EMU_FAULT_LAUNCH
+    ++m.launches;
+    m.fault = cudaErrorLaunchFailure;
+    m.fault_visible = false;
     return;
   }
   const int n = static_cast<int>(c.block.x * c.block.y * c.block.z);
@@ -237,9 +294,10 @@ void run(Kernel kernel, const Config& c, Args... args) {
   gridDim = c.grid;
   blockDim = c.block;
   const bool reverse = (m.launches++ % 2) == 1;
-  for (unsigned bz = 0; bz < c.grid.z; ++bz)
-    for (unsigned by = 0; by < c.grid.y; ++by)
-      for (unsigned bx = 0; bx < c.grid.x; ++bx) {
+  m.trapped = false;
+  for (unsigned bz = 0; bz < c.grid.z && !m.trapped; ++bz)
+    for (unsigned by = 0; by < c.grid.y && !m.trapped; ++by)
+      for (unsigned bx = 0; bx < c.grid.x && !m.trapped; ++bx) {
         std::fill(m.shared.begin(), m.shared.end(), std::numeric_limits<float>::quiet_NaN());
         m.finished = 0;
         m.block_arrived = 0;
@@ -263,7 +321,9 @@ void run(Kernel kernel, const Config& c, Args... args) {
             blockIdx = dim3(bx, by, bz);
             threadIdx = f.index;
             switch_context(m.scheduler, f.context);
+            if (m.trapped) break;
           }
+          if (m.trapped) break;  // the kernel is aborted: its other threads never resume
           if (!progressed) {
             std::string waits;
             for (int t = 0; t < n; ++t)
@@ -279,6 +339,11 @@ void run(Kernel kernel, const Config& c, Args... args) {
         }
       }
   m.body = nullptr;
+  if (m.trapped) {
+    m.trapped = false;
+    m.fault = cudaErrorLaunchFailure;
+    m.fault_visible = false;
+  }
 }
 
 /// `kernel<<<config>>>(args)` becomes `launch(kernel, config)(args)`.
@@ -308,6 +373,15 @@ inline void __syncthreads() {
   mhar_emu::yield(mhar_emu::State::AtBlockBarrier, "__syncthreads");
 }
 
+/// Aborts the kernel: the running thread stops here and no other thread of the launch runs on
+/// (cudaErrorLaunchFailure, reported as a GPU reports a fault: later, and sticky).
+inline void __trap() {
+  mhar_emu::Machine& m = mhar_emu::machine();
+  m.trapped = true;
+  mhar_emu::yield(mhar_emu::State::Done, "__trap");
+  mhar_emu::fail("a trapped fiber was resumed");
+}
+
 inline void __syncwarp(unsigned mask = 0xffffffffu) {
   if (mask != 0xffffffffu) mhar_emu::fail("__syncwarp with a partial mask is not emulated");
   mhar_emu::warp_barrier("__syncwarp");
@@ -333,7 +407,11 @@ enum cudaMemcpyKind {
   cudaMemcpyDeviceToDevice,
   cudaMemcpyDefault
 };
-enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin, cudaDevAttrMultiProcessorCount };
+enum cudaDeviceAttr {
+  cudaDevAttrMaxSharedMemoryPerBlockOptin,
+  cudaDevAttrMultiProcessorCount,
+  cudaDevAttrMemoryPoolsSupported
+};
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
 struct cudaDeviceProp {
   char name[256];
@@ -355,6 +433,8 @@ inline const ErrorText& error_text(cudaError_t e) {
       {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
       {cudaErrorInvalidConfiguration, "cudaErrorInvalidConfiguration",
        "invalid configuration argument"},
+      {cudaErrorLaunchFailure, "cudaErrorLaunchFailure", "unspecified launch failure"},
+      {cudaErrorNotPermitted, "cudaErrorNotPermitted", "operation not permitted"},
       {cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},
   };
   for (const ErrorText& t : kTexts)
@@ -370,6 +450,7 @@ inline const char* cudaGetErrorName(cudaError_t e) {
   return mhar_emu::error_text(e).name;
 }
 inline cudaError_t cudaGetLastError() {
+  if (mhar_emu::machine().fault_visible) return mhar_emu::machine().fault;  // sticky
   const cudaError_t e = mhar_emu::machine().last_error;
   mhar_emu::machine().last_error = cudaSuccess;
   return e;
@@ -383,7 +464,7 @@ inline cudaError_t cudaGetDevice(int* d) {
   return cudaSuccess;
 }
 inline cudaError_t cudaDeviceSynchronize() {
-  return cudaSuccess;
+  return mhar_emu::sticky();
 }
 /// Three "SMs": grids sized from the SM count (the fused routing backward) then take more than
 /// one pass of their grid-stride loops at the test shapes.
@@ -395,7 +476,18 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
   return cudaSuccess;
 }
 inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
-  *v = a == cudaDevAttrMultiProcessorCount ? 3 : static_cast<int>(mhar_emu::kSmemOptin);
+  switch (a) {
+    case cudaDevAttrMultiProcessorCount:
+      *v = 3;
+      break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin:
+      *v = static_cast<int>(mhar_emu::kSmemOptin);
+      break;
+    case cudaDevAttrMemoryPoolsSupported:
+      ++mhar_emu::machine().pool_queries;
+      *v = mhar_emu::machine().pools_supported;
+      break;
+  }
   return cudaSuccess;
 }
 template <typename F>
@@ -412,23 +504,44 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, F, int threads
   return cudaSuccess;
 }
 /// Device memory is host memory, filled with NaN bytes (0xFF) like a poisoned buffer.
-inline cudaError_t cudaMalloc(void** p, std::size_t n) {
-  *p = std::malloc(n == 0 ? 1 : n);
-  if (!*p) return cudaErrorMemoryAllocation;
-  std::memset(*p, 0xFF, n);
+namespace mhar_emu {
+inline cudaError_t allocate(void** p, std::size_t n, std::size_t shift) {
+  if (const cudaError_t e = sticky()) return e;
+  machine().last_alloc_bytes = n;
+  char* base = static_cast<char*>(std::malloc(n + shift == 0 ? 1 : n + shift));
+  if (!base) return cudaErrorMemoryAllocation;
+  std::memset(base, 0xFF, n + shift);
+  *p = base + shift;
+  if (shift) machine().shifted[*p] = base;
   return cudaSuccess;
+}
+}  // namespace mhar_emu
+inline cudaError_t cudaMalloc(void** p, std::size_t n) {
+  ++mhar_emu::machine().malloc_calls;
+  return mhar_emu::allocate(p, n, 0);
 }
 inline cudaError_t cudaMallocAsync(void** p, std::size_t n, cudaStream_t) {
-  return cudaMalloc(p, n);
+  mhar_emu::Machine& m = mhar_emu::machine();
+  ++m.malloc_async_calls;
+  if (!m.pools_supported) return cudaErrorNotSupported;
+  if (m.pool_refuses) return cudaErrorNotPermitted;
+  return mhar_emu::allocate(p, n, m.pool_misalign);
 }
 inline cudaError_t cudaFree(void* p) {
+  mhar_emu::Machine& m = mhar_emu::machine();
+  const auto shifted = m.shifted.find(p);
+  if (shifted != m.shifted.end()) {
+    p = shifted->second;
+    m.shifted.erase(shifted);
+  }
   std::free(p);
-  return cudaSuccess;
+  return mhar_emu::sticky();
 }
 inline cudaError_t cudaFreeAsync(void* p, cudaStream_t) {
   return cudaFree(p);
 }
 inline cudaError_t cudaMemcpy(void* d, const void* s, std::size_t n, cudaMemcpyKind) {
+  if (const cudaError_t e = mhar_emu::sticky()) return e;
   if (n) std::memcpy(d, s, n);
   return cudaSuccess;
 }
@@ -437,6 +550,7 @@ inline cudaError_t cudaMemcpyAsync(void* d, const void* s, std::size_t n, cudaMe
   return cudaMemcpy(d, s, n, k);
 }
 inline cudaError_t cudaMemset(void* d, int v, std::size_t n) {
+  if (const cudaError_t e = mhar_emu::sticky()) return e;
   if (n) std::memset(d, v, n);
   return cudaSuccess;
 }
@@ -461,14 +575,15 @@ inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = 0) {
   return cudaSuccess;
 }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t) {
-  return cudaSuccess;
+  return mhar_emu::sticky();
 }
 inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t stop) {
   *ms = std::chrono::duration<float, std::milli>(stop->at - start->at).count();
   return cudaSuccess;
 }
 
-/// Memory pools: accepted and ignored (the emulator's allocations are plain malloc).
+/// Memory pools: the default pool's settings are accepted and ignored (the emulator's
+/// allocations are plain malloc).
 using cudaMemPool_t = struct EmuMemPool*;
 enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold };
 inline cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int) {
