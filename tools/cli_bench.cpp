@@ -374,11 +374,18 @@ Subcommand register_bench(CLI::App& app) {
             for (const Shape& sh : shapes) {
               fmt::print("routing, {} shape: N={} P={} d={} H={} (bytes: docs/kernels.md)\n",
                          sh.name, sh.N, sh.P, sh.d, sh.H);
-              fmt::print("{:<10} {:<8} {:>10} {:>12} {:>10} {:>8}\n", "op", "version", "ms", "MB",
+              fmt::print("{:<10} {:<9} {:>10} {:>12} {:>10} {:>8}\n", "op", "version", "ms", "MB",
                          "GB/s", "% copy");
-              for (const auto& r : mhar::cuda::bench_routing(sh.N, sh.P, sh.d, sh.H, o->repeats))
-                fmt::print("{:<10} {:<8} {:>10.4f} {:>12.2f} {:>10.1f} {:>7.1f}%\n", r.op,
+              bool one_block = false;
+              for (const auto& r : mhar::cuda::bench_routing(sh.N, sh.P, sh.d, sh.H, o->repeats)) {
+                fmt::print("{:<10} {:<9} {:>10.4f} {:>12.2f} {:>10.1f} {:>7.1f}%\n", r.op,
                            r.version, r.ms, r.bytes / 1e6, r.gbps, r.pct_copy);
+                one_block = one_block || r.version == mhar::cuda::kFusedOneBlockName;
+              }
+              if (one_block)
+                fmt::print("({}: the fused kernels under __launch_bounds__(512, 1); "
+                           "docs/kernels.md)\n",
+                           mhar::cuda::kFusedOneBlockName);
             }
             if (!o->kernels_only) {
               Config tiny;
