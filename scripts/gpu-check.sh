@@ -143,12 +143,13 @@ timeout "$(step_limit 120)" cmake -S . -B "$BUILD" ${GEN[@]+"${GEN[@]}"} ${DEPS[
   -DCMAKE_BUILD_TYPE=Release -DMHAR_CUDA=ON -DMHAR_CUDA_ARCHITECTURES="$ARCH" -DMHAR_DOCS=OFF \
   -DMHAR_CUDA_EMULATOR=OFF >"$LOGS/configure.log" 2>&1 \
   || { tail -40 "$LOGS/configure.log"; echo "gpu-check: configure failed" >&2
-       stop "configure (cmake $cmake_version)" "$LOGS/configure.log"; }
+       stop "configure ($cmake_version)" "$LOGS/configure.log"; }
 grep "mhar:" "$LOGS/configure.log" || true
 
-# Only what the steps below run: the CPU-only test programs are CI's.
+# Only what the steps below run: the CPU-only test programs are CI's. The build may use all the
+# time left: nothing after it can run without it.
 echo "== build mhar-toy test_cuda test_cli [$(elapsed)]"
-timeout "$(step_limit 300)" cmake --build "$BUILD" --parallel "$JOBS" \
+timeout "$(step_limit "$BUDGET")" cmake --build "$BUILD" --parallel "$JOBS" \
   --target mhar-toy test_cuda test_cli >"$LOGS/build.log" 2>&1 \
   || { tail -50 "$LOGS/build.log"; echo "gpu-check: build failed" >&2
        stop "build" "$LOGS/build.log"; }
