@@ -13,8 +13,9 @@
  *   every lane of the warp (32 threads). A barrier that can never complete (a thread returned, or
  *   took another branch) is reported as a deadlock and aborts: on a GPU it would hang or be
  *   undefined behaviour.
- * - Shared memory (`extern __shared__`) is filled with NaN before each block, and cudaMalloc'd
- *   memory too, so a read before a write shows up as NaN in the result.
+ * - Shared memory, dynamic (`extern __shared__`) and static (`__shared__ float s[8][32]`), is
+ *   filled with NaN before each block, and cudaMalloc'd memory too, so a read before a write
+ *   shows up as NaN in the result, and nothing carries over from one block to the next.
  * - The threads of a block run in increasing order on even launches and in decreasing order on
  *   odd ones: a missing barrier between a write by one thread and a read by another then reads
  *   NaN or a stale value in one of the two orders.
@@ -67,7 +68,8 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-#define __shared__ static
+// No __shared__: translate.cmake rewrites every shared declaration (dynamic_shared,
+// static_shared below), so one it missed fails to compile instead of being shared by all blocks.
 #define __restrict__ __restrict
 
 struct dim3 {
@@ -165,6 +167,7 @@ struct Machine {
   std::map<const void*, std::size_t> smem_optin;  ///< per kernel, from cudaFuncSetAttribute
   cudaError_t last_error = cudaSuccess;
   long launches = 0;
+  long blocks_started = 0;  ///< blocks run so far, all launches (static shared memory's clock)
   // Faults (see the file comment).
   cudaError_t fault = cudaSuccess;  ///< a kernel's fault, sticky once visible
   bool fault_visible = false;       ///< false while "the faulting kernel still runs"
@@ -299,6 +302,7 @@ void run(Kernel kernel, const Config& c, Args... args) {
     for (unsigned by = 0; by < c.grid.y && !m.trapped; ++by)
       for (unsigned bx = 0; bx < c.grid.x && !m.trapped; ++bx) {
         std::fill(m.shared.begin(), m.shared.end(), std::numeric_limits<float>::quiet_NaN());
+        ++m.blocks_started;
         m.finished = 0;
         m.block_arrived = 0;
         for (int t = 0; t < n; ++t) {
@@ -356,6 +360,23 @@ auto launch(Kernel kernel, Config c) {
 template <typename T>
 T* dynamic_shared() {
   return reinterpret_cast<T*>(machine().shared.data());
+}
+
+/// A static `__shared__` array of type T (an array type, `float[8][32]`): translate.cmake turns
+/// `__shared__ float s[8][32];` into `auto& s = static_shared<float[8][32]>([] {});`, the
+/// lambda's type naming the declaration, so each declaration has one array (shared by every
+/// TU, like a static local of an inline function). The first thread of a block to reach the
+/// declaration fills it with NaN bytes (0xFF); the others of that block find it as written.
+template <typename T, typename Site>
+T& static_shared(Site) {
+  static T storage;
+  static long filled_for = -1;
+  Machine& m = machine();
+  if (filled_for != m.blocks_started) {
+    std::memset(&storage, 0xFF, sizeof storage);
+    filled_for = m.blocks_started;
+  }
+  return storage;
 }
 
 }  // namespace mhar_emu
