@@ -156,30 +156,43 @@ std::vector<BenchRow> bench_routing(int N, int P, int d, int H, int repeats) {
   rows.push_back({"copy", "kernel", copy_ms, copy_bytes, copy_gbps, 100.0});
   fill(dsources, 2, -1.f, 1.f);
 
-  std::vector<RoutingVersion> versions;
-  for (RoutingVersion v : kRoutingVersions)
-    if (version_supports(v, d, H)) versions.push_back(v);
-  for (RoutingVersion v : versions) {
+  // Every version the shape allows; where the fused kernels take four columns a thread and the
+  // build has it, the fused version a second time under __launch_bounds__(512, 1).
+  struct Variant {
+    RoutingVersion v;
+    FusedBounds bounds;
+    std::string name;
+  };
+  std::vector<Variant> variants;
+  for (RoutingVersion v : kRoutingVersions) {
+    if (!version_supports(v, d, H)) continue;
+    variants.push_back({v, FusedBounds::Default, version_name(v)});
+    if (v == RoutingVersion::Fused && fused4_applies(d) && fused4_one_block_built())
+      variants.push_back({v, FusedBounds::OneBlockPerSM, kFusedOneBlockName});
+  }
+  const FusedBounds chosen = fused4_bounds();
+  for (const Variant& x : variants) {
+    set_fused4_bounds(x.bounds);
     const double ms = time_ms(
         [&] {
           routing_forward(out.data(), alpha.data(), sources.data(), q.data(), g.data(), N, P, d, H,
-                          v);
+                          x.v);
         },
         repeats);
-    rows.push_back(
-        row("forward", version_name(v), ms, routing_forward_bytes(N, P, d, H), copy_gbps));
+    rows.push_back(row("forward", x.name, ms, routing_forward_bytes(N, P, d, H), copy_gbps));
   }
   // The backward reads the forward's out and α (from the last version timed: any is correct).
-  for (RoutingVersion v : versions) {
+  for (const Variant& x : variants) {
+    set_fused4_bounds(x.bounds);
     const double ms = time_ms(
         [&] {
           routing_backward(dsources.data(), dq.data(), dg.data(), dout.data(), out.data(),
-                           alpha.data(), sources.data(), q.data(), g.data(), N, P, d, H, v);
+                           alpha.data(), sources.data(), q.data(), g.data(), N, P, d, H, x.v);
         },
         repeats);
-    rows.push_back(
-        row("backward", version_name(v), ms, routing_backward_bytes(N, P, d, H), copy_gbps));
+    rows.push_back(row("backward", x.name, ms, routing_backward_bytes(N, P, d, H), copy_gbps));
   }
+  set_fused4_bounds(chosen);
   synchronize();
   return rows;
 }

@@ -19,7 +19,12 @@
 
 namespace mhar::cuda {
 
-/// One measurement: op is "copy", "forward" or "backward"; version "naive", "fused" or "kernel".
+/// The version column of the fused kernels under __launch_bounds__(512, 1) (routing.h,
+/// FusedBounds::OneBlockPerSM).
+inline constexpr const char* kFusedOneBlockName = "fused-lb1";
+
+/// One measurement: op is "copy", "forward" or "backward"; version "naive", "fused", "warp",
+/// kFusedOneBlockName or "kernel" (the copy).
 struct BenchRow {
   std::string op, version;
   double ms = 0;        ///< mean time of one call
@@ -38,7 +43,10 @@ double routing_backward_bytes(int N, int P, int d, int H);
  *        random inputs: one warm-up call, then the mean over `repeats` calls (cudaEvent timing).
  *
  * Needs about 2·N·P·d + 2·P·d + N·P·H floats of device memory. Versions that cannot handle the
- * shape (Fused with d > kFusedMaxWidth) are left out. Throws std::runtime_error on CUDA errors
+ * shape (Fused with d > kFusedMaxWidth) are left out. Where the fused kernels take four columns
+ * a thread (fused4_applies) and the build has the variant, the fused version is timed a second
+ * time under __launch_bounds__(512, 1), as kFusedOneBlockName; the process's choice of
+ * FusedBounds is restored afterwards. Throws std::runtime_error on CUDA errors
  * (including "no device") and std::invalid_argument on bad shapes or repeats < 1.
  */
 std::vector<BenchRow> bench_routing(int N, int P, int d, int H, int repeats);

@@ -2,6 +2,8 @@
  * @file device.cu
  * @brief device.h: device queries and the RAII float buffer, every CUDA call checked.
  */
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <utility>
@@ -42,6 +44,27 @@ void memory_info(std::size_t* free_bytes, std::size_t* total_bytes) {
 
 void synchronize() {
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
+namespace {
+/// -1 until the environment was read, then 0 or 1.
+std::atomic<int> sync_state{-1};
+}  // namespace
+
+void set_sync_launches(bool on) {
+  sync_state = on ? 1 : 0;
+}
+
+bool sync_launches() {
+  int state = sync_state.load();
+  if (state < 0) {
+    const char* v = std::getenv("MHAR_CUDA_SYNC");
+    const int from_env = v && std::strcmp(v, "1") == 0 ? 1 : 0;
+    // A set_sync_launches that ran meanwhile wins over the environment.
+    sync_state.compare_exchange_strong(state, from_env);
+    state = sync_state.load();
+  }
+  return state == 1;
 }
 
 DeviceBuffer::DeviceBuffer(std::size_t count) : count_(count) {

@@ -9,7 +9,8 @@
  * std::runtime_error carrying CUDA's own error string.
  *
  * Kernel launches are asynchronous. An error inside a kernel surfaces at the next synchronising
- * call: DeviceBuffer::download() or synchronize().
+ * call: DeviceBuffer::download() or synchronize(), or at the next launch; sync_launches() (or
+ * MHAR_CUDA_SYNC=1) makes it surface at the launch of the kernel that faulted.
  */
 #pragma once
 
@@ -37,6 +38,20 @@ void memory_info(std::size_t* free_bytes, std::size_t* total_bytes);
 
 /// Waits for every launched kernel; throws std::runtime_error if one of them failed.
 void synchronize();
+
+/**
+ * @brief The debug switch that names a faulting kernel: while it is on, every kernel launch is
+ *        followed by cudaDeviceSynchronize and a check, so that a fault inside a kernel is
+ *        reported under that kernel's name (without it, the fault surfaces at a later call,
+ *        under that call's name).
+ *
+ * On when the environment has MHAR_CUDA_SYNC=1 (read at the first launch), or after
+ * set_sync_launches(true) (`mhar-toy train|check|bench --cuda-sync`). It serialises the host
+ * and the GPU: for finding a fault, not for timing.
+ */
+void set_sync_launches(bool on);
+/// Whether every launch is synchronised and checked (set_sync_launches, MHAR_CUDA_SYNC=1).
+bool sync_launches();
 
 /**
  * @brief `count` floats in device memory, freed when the buffer goes out of scope.

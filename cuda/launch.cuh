@@ -1,12 +1,11 @@
 /**
  * @file launch.cuh
  * @ingroup cuda
- * @brief Internal to cuda/ (layers.cu, optim.cu): grid sizes, grid-stride indices, warp and
+ * @brief Internal to cuda/ (the kernel files): grid sizes, grid-stride indices, warp and
  *        block sums in a fixed order, per-call scratch memory, and host-side argument checks.
  *
  * Every sum here runs in a fixed order (warp butterflies, a fixed tree), so a kernel built on
- * them gives the same bits on every run. routing.cu predates this header and keeps its own
- * copies of ceil_div, warp_sum and Scratch.
+ * them gives the same bits on every run.
  */
 #pragma once
 
@@ -14,7 +13,11 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <cstdio>
 #include <initializer_list>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -74,45 +77,99 @@ __device__ inline double block_sum(double v) {
   return buf[0];
 }
 
-/// Once per process: the default memory pool keeps what scratch buffers free instead of handing
-/// it back to the driver at every synchronisation (release threshold: no limit), so a training
-/// step's scratch is mapped once, not once a step. Where pools are not supported, nothing.
-inline void keep_pool_memory() {
-  static const bool done = [] {
-    int device = 0;
+/// Every scratch request is rounded up to a multiple of this many bytes, so that no two
+/// buffers a pool carves out of one block share a 256-byte segment and every float4 (16 bytes)
+/// stays inside its own buffer.
+inline constexpr std::size_t kScratchRound = 256;
+
+/// Per device, how scratch memory is allocated: from the device's memory pool
+/// (cudaMallocAsync, stream-ordered, no device-wide synchronisation) or with plain cudaMalloc.
+/// Decided once per device, at its first scratch buffer, from cudaDevAttrMemoryPoolsSupported
+/// (a failed query counts as "not supported"), and kept; a pool that then refuses a request for
+/// any reason but lack of memory (a sandboxed or virtualised driver) sends that device to
+/// cudaMalloc for good.
+class ScratchPolicy {
+ public:
+  static ScratchPolicy& get() {
+    static ScratchPolicy policy;
+    return policy;
+  }
+  /// True when `device` allocates scratch from its memory pool.
+  bool uses_pool(int device) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto known = pool_.find(device);
+    if (known != pool_.end()) return known->second;
+    int supported = 0;
+    const bool use = cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported,
+                                            device) == cudaSuccess &&
+                     supported != 0;
+    cudaGetLastError();  // a failed query is an answer ("no pools"), not an error
+    if (use) keep_pool_memory(device);
+    pool_[device] = use;
+    return use;
+  }
+  /// From now on `device` allocates scratch with cudaMalloc.
+  void avoid_pool(int device) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pool_[device] = false;
+  }
+  /// Forgets every device's choice (for tests: the emulator can change what it reports).
+  void forget() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pool_.clear();
+  }
+
+ private:
+  /// The pool keeps what scratch buffers free instead of handing it back to the driver at every
+  /// synchronisation (release threshold: no limit), so a training step's scratch is mapped
+  /// once, not once a step. Best effort: a refusal leaves the default threshold.
+  static void keep_pool_memory(int device) {
     cudaMemPool_t pool;
-    if (cudaGetDevice(&device) == cudaSuccess &&
-        cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
+    if (cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
       unsigned long long threshold = ~0ull;
       cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold);
     }
-    cudaGetLastError();  // an unsupported pool is not an error here
-    return true;
-  }();
-  (void)done;
-}
+    cudaGetLastError();
+  }
 
-/// `count` elements of device memory for one call, stream-ordered on the default stream (no
-/// device-wide synchronisation); falls back to cudaMalloc where memory pools are unsupported.
+  std::mutex mutex_;
+  std::map<int, bool> pool_;
+};
+
+/// `count` elements of device memory for one call, rounded up to kScratchRound bytes, from the
+/// current device's pool or from cudaMalloc (ScratchPolicy). Throws std::runtime_error naming
+/// `where` and the bytes when the allocation fails.
 template <typename T>
 class Scratch {
  public:
   Scratch(std::size_t count, const char* where) {
     if (count == 0) return;
-    keep_pool_memory();
-    const std::size_t bytes = count * sizeof(T);
+    const std::size_t bytes = ceil_div(count * sizeof(T), kScratchRound) * kScratchRound;
+    int device = 0;
+    check(cudaGetDevice(&device), (std::string(where) + ": cudaGetDevice").c_str());
+    ScratchPolicy& policy = ScratchPolicy::get();
     void* p = nullptr;
-    cudaError_t status = cudaMallocAsync(&p, bytes, 0);
-    if (status == cudaErrorNotSupported) {
-      cudaGetLastError();
-      async_ = false;
+    cudaError_t status = cudaErrorMemoryAllocation;
+    const char* how = "cudaMalloc";
+    if (policy.uses_pool(device)) {
+      status = cudaMallocAsync(&p, bytes, 0);
+      how = "cudaMallocAsync";
+      if (status != cudaSuccess && status != cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        policy.avoid_pool(device);
+      } else {
+        async_ = true;
+      }
+    }
+    if (!async_) {
       status = cudaMalloc(&p, bytes);
+      how = "cudaMalloc";
     }
     if (status != cudaSuccess) {
       cudaGetLastError();
       throw std::runtime_error(std::string(where) + ": scratch allocation of " +
-                               std::to_string(bytes) +
-                               " bytes failed: " + cudaGetErrorString(status));
+                               std::to_string(bytes) + " bytes (" + how +
+                               ") failed: " + cudaGetErrorString(status));
     }
     ptr_ = static_cast<T*>(p);
   }
@@ -129,8 +186,22 @@ class Scratch {
 
  private:
   T* ptr_ = nullptr;
-  bool async_ = true;
+  bool async_ = false;
 };
+
+/// Throws std::runtime_error unless `ptr`, a buffer this code allocated itself (scratch), is a
+/// multiple of `alignment` bytes: "<where>: scratch buffer <name> at 0x… is not 16-byte
+/// aligned (<why>)". A kernel's float4 access to it would fault or read the wrong bytes.
+inline void require_scratch_aligned(const char* where, const char* name, const void* ptr,
+                                    std::size_t alignment, const char* why) {
+  const auto at = reinterpret_cast<std::uintptr_t>(ptr);
+  if (at % alignment == 0) return;
+  char hex[32];
+  std::snprintf(hex, sizeof hex, "%#llx", static_cast<unsigned long long>(at));
+  throw std::runtime_error(std::string(where) + ": scratch buffer " + name + " at " + hex +
+                           " is not " + std::to_string(alignment) + "-byte aligned (" + why +
+                           ")");
+}
 
 /// Throws std::invalid_argument("<where>: <message>") unless `ok`.
 inline void require(bool ok, const char* where, const std::string& message) {

@@ -76,6 +76,7 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
                            trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, A, lda,
                            &beta, C, N),
                "cublasSgemm");
+  detail::sync_if_debugging("cuda::gemm: cublasSgemm");
 }
 
 void gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
@@ -96,6 +97,7 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float
                                 trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb,
                                 stride_b, A, lda, stride_a, &beta, C, ldc, stride_c, batch),
       "cublasSgemmStridedBatched");
+  detail::sync_if_debugging("cuda::gemm_strided_batched: cublasSgemmStridedBatched");
 }
 
 void linear_forward(float* y, const float* x, const float* W, int P, int in, int out) {

@@ -209,6 +209,7 @@ DeviceCache::DeviceCache(const Config& cfg, int B_) {
   try {
     B = B_;
     P = B * cfg.T;
+    this->cfg = cfg;
     const int d = cfg.d, L = cfg.L, hd = cfg.head_dim(), H = cfg.route_heads();
     const int qw = cfg.n_head * hd, kw = cfg.n_kv_head * hd;
     const int n_prims = 2 * L + 1;
@@ -262,6 +263,28 @@ DeviceCache::DeviceCache(const Config& cfg, int B_) {
                              "), and an allocation failed: " + e.what() +
                              "; use a smaller --batch or T");
   }
+}
+
+std::string DeviceCache::shape_mismatch(const Config& other) const {
+  std::string diff;
+  auto field = [&](const char* name, const std::string& mine, const std::string& theirs) {
+    if (mine == theirs) return;
+    diff += (diff.empty() ? "" : ", ") + std::string(name) + " " + mine + " (cache) vs " + theirs;
+  };
+  auto number = [&](const char* name, int mine, int theirs) {
+    field(name, std::to_string(mine), std::to_string(theirs));
+  };
+  number("vocab", cfg.vocab, other.vocab);
+  number("d", cfg.d, other.d);
+  number("L", cfg.L, other.L);
+  number("n_head", cfg.n_head, other.n_head);
+  number("n_kv_head", cfg.n_kv_head, other.n_kv_head);
+  number("ffn", cfg.ffn, other.ffn);
+  number("T", cfg.T, other.T);
+  field("mode", mode_name(cfg.mode), mode_name(other.mode));
+  number("routing heads", cfg.route_heads(), other.route_heads());
+  number("n_blocks", cfg.n_blocks, other.n_blocks);
+  return diff;
 }
 
 template <typename F>
@@ -388,7 +411,17 @@ float model_forward(const Config& cfg, const DeviceParams& p, const std::vector<
   check_batch(cfg, targets, B, "targets");
   if (static_cast<int>(p.layers.size()) != cfg.L || (cfg.routed() && !p.route_q))
     throw std::invalid_argument("cuda::model_forward: the parameters do not match the config");
-  if (cache.B != B) cache = DeviceCache(cfg, B);
+  if (cache.B != 0) {
+    const std::string diff = cache.shape_mismatch(cfg);
+    if (!diff.empty())
+      throw std::invalid_argument("cuda::model_forward: the cache was made for another model (" +
+                                  diff + "); make a DeviceCache for this config");
+  }
+  if (cache.B != B) {
+    const RoutingVersion routing = cache.routing;
+    cache = DeviceCache(cfg, B);
+    cache.routing = routing;
+  }
   DeviceCache& c = cache;
   c.has_loss = false;
   upload_ints(c.tokens, tokens);
@@ -504,6 +537,9 @@ void model_backward(DeviceParams& grads, const Config& cfg, const DeviceParams& 
         "cuda::model_backward: the cache holds no loss: run model_forward with it first");
   if (grads.size() != p.size())
     throw std::invalid_argument("cuda::model_backward: grads are for another model");
+  if (const std::string diff = c.shape_mismatch(cfg); !diff.empty())
+    throw std::invalid_argument("cuda::model_backward: the cache was made for another model (" +
+                                diff + ")");
   const Views w = views(cfg, p, c);
   const int P = w.P, d = w.d, n_sub = w.n_sub;
   const std::size_t n = sz(P, d);

@@ -110,8 +110,11 @@ class DeviceCache {
   /// Allocates for B sequences of cfg.T tokens (throws with the sizes when it does not fit).
   DeviceCache(const Config& cfg, int B);
 
-  int B = 0;  ///< sequences
+  int B = 0;  ///< sequences (0: nothing allocated yet)
   int P = 0;  ///< positions, B · T
+  /// The model shape every buffer below was sized for: model_forward and model_backward refuse
+  /// a cache whose shape differs from their config's (it would read and write out of bounds).
+  Config cfg;
   /// Routing kernel version of every site (Warp only where version_supports(Warp, d, H)).
   RoutingVersion routing = RoutingVersion::Fused;
   DeviceBuffer tokens, targets;             ///< P ints each (upload_ints layout)
@@ -143,6 +146,9 @@ class DeviceCache {
   std::size_t bytes() const;
   /// Bytes a cache for (cfg, B) needs, without allocating.
   static std::size_t bytes_needed(const Config& cfg, int B);
+  /// "" when this cache was sized for `other`'s shape (vocab, d, L, n_head, n_kv_head, ffn, T,
+  /// mode, routing heads, n_blocks); otherwise each field that differs, "d 32 (cache) vs 64, …".
+  std::string shape_mismatch(const Config& other) const;
 
   /// Fills every buffer with NaN bytes (0xFF), so that a step reading what no earlier step
   /// wrote shows up as a NaN loss or gradient (the checks call it before a forward).
@@ -156,14 +162,17 @@ class DeviceCache {
  * @brief GPU forward on B sequences (reference model_forward): tokens and targets are B·T bytes
  *        each, on the host; they are uploaded into the cache. Returns the mean cross-entropy.
  *
- * Reallocates `cache` when it was made for another B. Synchronises (the loss comes back).
+ * Reallocates `cache` when it is empty or was made for another B (keeping its routing version);
+ * throws std::invalid_argument when it was made for another model shape (shape_mismatch).
+ * Synchronises (the loss comes back).
  */
 float model_forward(const Config& cfg, const DeviceParams& p, const std::vector<int>& tokens,
                     const std::vector<int>& targets, int B, DeviceCache& cache);
 
 /**
  * @brief GPU backward (reference model_backward): grads (=) receives ∂loss/∂θ for every
- *        parameter, from the forward's cache. Asynchronous: nothing waits for the GPU.
+ *        parameter, from the forward's cache. Asynchronous: nothing waits for the GPU. Throws
+ *        std::invalid_argument when the cache holds no loss or was made for another shape.
  */
 void model_backward(DeviceParams& grads, const Config& cfg, const DeviceParams& p,
                     DeviceCache& cache);

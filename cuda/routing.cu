@@ -40,17 +40,27 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "cuda_check.cuh"
 #include "launch.cuh"
 #include "routing.h"
+
+// The __launch_bounds__(512, 1) variant of the VPT = 4 fused kernels (routing.h, FusedBounds):
+// compiled unless the build says MHAR_FUSED4_ONE_BLOCK=0.
+#ifndef MHAR_FUSED4_ONE_BLOCK
+#define MHAR_FUSED4_ONE_BLOCK 1
+#endif
 
 namespace mhar::cuda {
 
@@ -88,9 +98,35 @@ bool version_supports(RoutingVersion v, int d, int H) {
 }
 
 namespace {
+/// The process-wide choice of set_fused4_bounds.
+std::atomic<FusedBounds> fused4_choice{FusedBounds::Default};
+}  // namespace
 
+bool fused4_one_block_built() {
+  return MHAR_FUSED4_ONE_BLOCK != 0;
+}
+
+void set_fused4_bounds(FusedBounds b) {
+  if (b == FusedBounds::OneBlockPerSM && !fused4_one_block_built())
+    throw std::invalid_argument(
+        "set_fused4_bounds: this build has no __launch_bounds__(512, 1) variant of the fused "
+        "kernels (configure with -DMHAR_FUSED4_ONE_BLOCK=ON)");
+  fused4_choice = b;
+}
+
+FusedBounds fused4_bounds() {
+  return fused4_choice.load();
+}
+
+namespace {
+
+using detail::ceil_div;
 using detail::check;
 using detail::check_launch;
+using detail::Scratch;
+using detail::thread_index;
+using detail::thread_stride;
+using detail::warp_sum;
 
 /// eps inside the RMS: mhar::kRoutingEps of reference/routing.h.
 constexpr float kEps = 1e-6f;
@@ -105,27 +141,9 @@ constexpr int kReduceRows = 8;
 /// Shared memory a block may use without opting in.
 constexpr std::size_t kDefaultSmem = 48 * 1024;
 
-__host__ __device__ std::size_t ceil_div(std::size_t a, std::size_t b) {
-  return (a + b - 1) / b;
-}
-
 /// Blocks for a grid-stride loop over n items (capped; the loops cover the rest).
 unsigned naive_blocks(std::size_t n) {
   return static_cast<unsigned>(std::clamp<std::size_t>(ceil_div(n, kNaiveThreads), 1, 1u << 20));
-}
-
-/// Sum over the 32 lanes of a warp (butterfly: every lane gets the same bits).
-__device__ float warp_sum(float v) {
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-/// Grid-stride index helpers for the naive kernels.
-__device__ std::size_t thread_index() {
-  return static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ std::size_t thread_stride() {
-  return static_cast<std::size_t>(gridDim.x) * blockDim.x;
 }
 
 // ============================================================================================
@@ -347,8 +365,10 @@ FusedLayout fused_layout(int d, int H, bool backward) {
 
 /// Forward, one team per position p = blockIdx.x · R + team.
 /// Team shared memory: tmp[d] | m[H] | l[H] | scale[H] | weight[H] | wsum[W].
-template <int VPT>
-__global__ void __launch_bounds__(kFusedMaxBlock)
+/// MinBlocks: the second argument of __launch_bounds__ (FusedBounds in routing.h); 0, the
+/// default, asks for no minimum (nvcc 13 then emits the PTX of `__launch_bounds__(512)`).
+template <int VPT, int MinBlocks = 0>
+__global__ void __launch_bounds__(kFusedMaxBlock, MinBlocks)
     routing_forward_fused(float* __restrict__ out, float* __restrict__ alpha,
                           const float* __restrict__ sources, const float* __restrict__ q,
                           const float* __restrict__ g, int N, int P, int d, int H, int TT) {
@@ -445,8 +465,8 @@ __global__ void __launch_bounds__(kFusedMaxBlock)
 /// sized to fill the GPU once). Each team accumulates Σ dz_i[h(c)] r_i S_i[p,c] in registers
 /// and finally writes it as row (blockIdx.x · R + team) of `partial` (gridDim.x · R × d).
 /// Team shared memory: ta[d] | tb[d] | D[H] | dz[H] | al[H] | wsum[W] | wpart[W].
-template <int VPT>
-__global__ void __launch_bounds__(kFusedMaxBlock)
+template <int VPT, int MinBlocks = 0>
+__global__ void __launch_bounds__(kFusedMaxBlock, MinBlocks)
     routing_backward_fused(float* __restrict__ dsources, float* __restrict__ partial,
                            const float* __restrict__ dout, const float* __restrict__ out,
                            const float* __restrict__ alpha, const float* __restrict__ sources,
@@ -833,11 +853,6 @@ __global__ void __launch_bounds__(kWarpBlock, C < 8 ? 2 : 1)
 // Host side: argument checks, scratch memory, launches.
 // ============================================================================================
 
-/// Scratch device memory for one call (cuda/launch.cuh's, shared with the layer twins).
-struct Scratch : detail::Scratch<float> {
-  explicit Scratch(std::size_t count) : detail::Scratch<float>(count, "routing") {}
-};
-
 void require(bool ok, const std::string& where, const std::string& message) {
   if (!ok) throw std::invalid_argument(where + ": " + message);
 }
@@ -894,14 +909,23 @@ void prepare_shared_memory(Kernel kernel, const FusedLayout& L, int d, int H, co
         "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
 }
 
-/// Blocks for one wave of `kernel` over `groups` work items: as many as fit on the GPU at once
-/// (a function of the device and the shape only, so the order of the dq, dg sums, and their
-/// bits, never change between runs), at most one per item.
-template <typename Kernel>
-unsigned one_wave(Kernel kernel, int threads, std::size_t smem, std::size_t groups,
-                  const char* where) {
-  int device = 0, sms = 0, per_sm = 0;
+/// Blocks of `kernel` (with `threads` threads and `smem` bytes of shared memory) that fit on
+/// the current device at once: the SM count × the occupancy calculator's blocks per SM, asked
+/// once per (device, kernel, threads, smem) and kept, since a backward call would otherwise
+/// repeat both queries every time. Throws when not even one block fits.
+int blocks_per_wave(const void* kernel, int threads, std::size_t smem, const char* where) {
+  int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
+  using Key = std::tuple<int, const void*, int, std::size_t>;
+  static std::mutex mutex;
+  static std::map<Key, int> known;
+  const Key key{device, kernel, threads, smem};
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto it = known.find(key);
+    if (it != known.end()) return it->second;
+  }
+  int sms = 0, per_sm = 0;
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
         "cudaDeviceGetAttribute(MultiProcessorCount)");
   check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem),
@@ -910,15 +934,26 @@ unsigned one_wave(Kernel kernel, int threads, std::size_t smem, std::size_t grou
     throw std::runtime_error(std::string(where) + ": a block of " + std::to_string(threads) +
                              " threads and " + std::to_string(smem) +
                              " bytes of shared memory does not fit on this device");
-  return static_cast<unsigned>(
-      std::min<std::size_t>(groups, static_cast<std::size_t>(per_sm) * sms));
+  std::lock_guard<std::mutex> lock(mutex);
+  known[key] = per_sm * sms;
+  return per_sm * sms;
+}
+
+/// Blocks for one wave of `kernel` over `groups` work items: as many as fit on the GPU at once
+/// (a function of the device and the shape only, so the order of the dq, dg sums, and their
+/// bits, never change between runs), at most one per item.
+template <typename Kernel>
+unsigned one_wave(Kernel kernel, int threads, std::size_t smem, std::size_t groups,
+                  const char* where) {
+  const int wave = blocks_per_wave(reinterpret_cast<const void*>(kernel), threads, smem, where);
+  return static_cast<unsigned>(std::min<std::size_t>(groups, static_cast<std::size_t>(wave)));
 }
 
 void forward_naive(float* out, float* alpha, const float* sources, const float* q, const float* g,
                    int N, int P, int d, int H) {
   const std::size_t rows = static_cast<std::size_t>(N) * P;
   const std::size_t PH = static_cast<std::size_t>(P) * H;
-  Scratch rinv(rows);
+  Scratch<float> rinv(rows, "routing_forward (naive)");
   rms_naive<<<naive_blocks(rows), kNaiveThreads>>>(rinv.get(), sources, rows, d);
   check_launch("routing_forward (naive): rms_naive launch");
   logits_naive<<<naive_blocks(rows * H), kNaiveThreads>>>(alpha, rinv.get(), sources, q, g, rows, d,
@@ -936,8 +971,9 @@ void backward_naive(float* dsources, float* dq, float* dg, const float* dout, co
                     int P, int d, int H) {
   const std::size_t rows = static_cast<std::size_t>(N) * P;
   const std::size_t chunks = ceil_div(P, kNaiveChunk);
-  Scratch rinv(rows), D(static_cast<std::size_t>(P) * H), dz(rows * H), uS(rows),
-      partial(chunks * d);
+  const char* where = "routing_backward (naive)";
+  Scratch<float> rinv(rows, where), D(static_cast<std::size_t>(P) * H, where), dz(rows * H, where),
+      uS(rows, where), partial(chunks * d, where);
   rms_naive<<<naive_blocks(rows), kNaiveThreads>>>(rinv.get(), sources, rows, d);
   check_launch("routing_backward (naive): rms_naive launch");
   head_dot_naive<<<naive_blocks(static_cast<std::size_t>(P) * H), kNaiveThreads>>>(D.get(), dout,
@@ -957,30 +993,43 @@ void backward_naive(float* dsources, float* dq, float* dg, const float* dout, co
   launch_reduce_columns(dq, dg, partial.get(), static_cast<int>(chunks), q, g, d);
 }
 
-template <int VPT>
+/// "<what>: routing_forward_fused launch", naming the launch bounds of a OneBlockPerSM kernel.
+template <int MinBlocks>
+const char* fused_launch_name(bool backward) {
+  if constexpr (MinBlocks == 0)
+    return backward ? "routing_backward (fused): routing_backward_fused launch"
+                    : "routing_forward (fused): routing_forward_fused launch";
+  else
+    return backward ? "routing_backward (fused): routing_backward_fused "
+                      "__launch_bounds__(512, 1) launch"
+                    : "routing_forward (fused): routing_forward_fused __launch_bounds__(512, 1) "
+                      "launch";
+}
+
+template <int VPT, int MinBlocks = 0>
 void forward_fused_vpt(const FusedLayout& L, float* out, float* alpha, const float* sources,
                        const float* q, const float* g, int N, int P, int d, int H) {
-  const auto kernel = routing_forward_fused<VPT>;
+  const auto kernel = routing_forward_fused<VPT, MinBlocks>;
   prepare_shared_memory(kernel, L, d, H, "routing_forward (fused)");
   const auto blocks = static_cast<unsigned>(ceil_div(P, L.R));
   kernel<<<blocks, L.R * L.TT, L.smem_bytes()>>>(out, alpha, sources, q, g, N, P, d, H, L.TT);
-  check_launch("routing_forward (fused): routing_forward_fused launch");
+  check_launch(fused_launch_name<MinBlocks>(false));
 }
 
-template <int VPT>
+template <int VPT, int MinBlocks = 0>
 void backward_fused_vpt(const FusedLayout& L, float* dsources, float* dq, float* dg,
                         const float* dout, const float* out, const float* alpha,
                         const float* sources, const float* q, const float* g, int N, int P, int d,
                         int H) {
-  const auto kernel = routing_backward_fused<VPT>;
+  const auto kernel = routing_backward_fused<VPT, MinBlocks>;
   prepare_shared_memory(kernel, L, d, H, "routing_backward (fused)");
   const unsigned blocks =
       one_wave(kernel, L.R * L.TT, L.smem_bytes(), ceil_div(P, L.R), "routing_backward (fused)");
   const int rows = static_cast<int>(blocks) * L.R;
-  Scratch partial(static_cast<std::size_t>(rows) * d);
+  Scratch<float> partial(static_cast<std::size_t>(rows) * d, "routing_backward (fused)");
   kernel<<<blocks, L.R * L.TT, L.smem_bytes()>>>(dsources, partial.get(), dout, out, alpha, sources,
                                                  q, g, N, P, d, H, L.TT);
-  check_launch("routing_backward (fused): routing_backward_fused launch");
+  check_launch(fused_launch_name<MinBlocks>(true));
   launch_reduce_columns(dq, dg, partial.get(), rows, q, g, d);
 }
 
@@ -1008,7 +1057,10 @@ void backward_warp_c(float* dsources, float* dq, float* dg, const float* dout, c
   const unsigned blocks =
       one_wave(kernel, kWarpBlock, 0, ceil_div(P, kWarpBlock / 32), "routing_backward (warp)");
   const int rows = static_cast<int>(blocks) * (kWarpBlock / 32);
-  Scratch partial(static_cast<std::size_t>(rows) * d);
+  Scratch<float> partial(static_cast<std::size_t>(rows) * d, "routing_backward (warp)");
+  // The kernel stores its column sums into `partial` as float4.
+  detail::require_scratch_aligned("routing_backward (warp)", "partial", partial.get(), 16,
+                                  "the warp kernel stores float4 into it");
   kernel<<<blocks, kWarpBlock>>>(dsources, partial.get(), dout, out, alpha, sources, q, g, N, P, d,
                                  H);
   check_launch("routing_backward (warp): routing_backward_warp launch");
@@ -1042,6 +1094,10 @@ void routing_forward(float* out, float* alpha, const float* sources, const float
     case 2:
       return forward_fused_vpt<2>(L, out, alpha, sources, q, g, N, P, d, H);
     case 4:
+#if MHAR_FUSED4_ONE_BLOCK
+      if (fused4_bounds() == FusedBounds::OneBlockPerSM)
+        return forward_fused_vpt<4, 1>(L, out, alpha, sources, q, g, N, P, d, H);
+#endif
       return forward_fused_vpt<4>(L, out, alpha, sources, q, g, N, P, d, H);
     case 8:
       return forward_fused_vpt<8>(L, out, alpha, sources, q, g, N, P, d, H);
@@ -1089,6 +1145,11 @@ void routing_backward(float* dsources, float* dq, float* dg, const float* dout, 
       return backward_fused_vpt<2>(L, dsources, dq, dg, dout, out, alpha, sources, q, g, N, P, d,
                                    H);
     case 4:
+#if MHAR_FUSED4_ONE_BLOCK
+      if (fused4_bounds() == FusedBounds::OneBlockPerSM)
+        return backward_fused_vpt<4, 1>(L, dsources, dq, dg, dout, out, alpha, sources, q, g, N,
+                                        P, d, H);
+#endif
       return backward_fused_vpt<4>(L, dsources, dq, dg, dout, out, alpha, sources, q, g, N, P, d,
                                    H);
     case 8:
@@ -1100,6 +1161,10 @@ void routing_backward(float* dsources, float* dq, float* dg, const float* dout, 
   }
   throw std::logic_error("routing_backward (fused): no kernel for " + std::to_string(L.VPT) +
                          " columns per thread");
+}
+
+bool fused4_applies(int d) {
+  return d >= 1 && d <= kFusedMaxWidth && fused_layout(d, 1, false).VPT == 4;
 }
 
 }  // namespace mhar::cuda

@@ -58,6 +58,25 @@ inline constexpr int kWarpMaxWidth = 1024;
 bool version_supports(RoutingVersion v, int d, int H);
 
 /**
+ * Launch bounds of the Fused kernels at four columns a thread (VPT = 4: 97 ≤ d ≤ 2048, the tiny
+ * and the paper's widths), a choice only a GPU can settle (docs/kernels.md):
+ *   Default      `__launch_bounds__(512)`: ptxas holds them to 64 registers, with a 32-byte spill;
+ *   OneBlockPerSM `__launch_bounds__(512, 1)`: 80–96 registers, no spill, fewer warps per SM.
+ * OneBlockPerSM exists only in a build with the CMake option MHAR_FUSED4_ONE_BLOCK (on by
+ * default); `mhar-toy bench routing` times both, so one GPU run decides.
+ */
+enum class FusedBounds { Default, OneBlockPerSM };
+/// True when this build has the OneBlockPerSM variant (MHAR_FUSED4_ONE_BLOCK).
+bool fused4_one_block_built();
+/// True when the Fused kernels take four columns a thread at width d (where FusedBounds applies).
+bool fused4_applies(int d);
+/// Selects the launch bounds the Fused version uses from now on, process-wide (Default until
+/// changed). Throws std::invalid_argument for OneBlockPerSM in a build without it.
+void set_fused4_bounds(FusedBounds b);
+/// The launch bounds the Fused version uses at four columns a thread.
+FusedBounds fused4_bounds();
+
+/**
  * @brief Routing forward at one site.
  *
  * Writes (=) out and alpha. Throws std::invalid_argument when N, P, d < 1, H does not divide d,

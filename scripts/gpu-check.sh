@@ -4,9 +4,11 @@
 # Configures a fresh build with CUDA on for one architecture (default 90: H100/H200), builds
 # mhar-toy and the two test programs that touch the GPU, then, most important first:
 #   1. ctest -R '^cuda:'            every kernel and version against the reference, and the whole
-#                                   training step (loss, every gradient) in every mode
+#                                   training step (loss, every gradient) in every mode; with
+#                                   MHAR_CUDA_SYNC=1, so that a fault names its kernel
 #   2. mhar-toy bench routing       kernel GB/s and % of copy bandwidth at the tiny and the paper's
-#                                   100M shape; GPU step time of mhar ÷ residual at both
+#                                   100M shape (fused twice: default and __launch_bounds__(512, 1));
+#                                   GPU step time of mhar ÷ residual at both
 #   3. mhar-toy bench step          the tiny training step: 2 CPU threads vs the GPU (the 20× target)
 #   4. ctest -R 'device cuda matches'
 #                                   `mhar-toy train --device cuda` against the CPU, end to end
@@ -14,17 +16,20 @@
 #   6. compute-sanitizer memcheck   the GPU training step in every mode (where the tool works)
 # and prints the card, the commit and a summary last.
 #
-# Time: the whole run keeps inside MHAR_GPU_BUDGET seconds (default 540, under the device tool's
-# 600 s a command): each step's time limit shrinks to what is left (less 25 s for the summary),
-# and a step with under 10 s left is skipped and says so. Typical total: 4–6 minutes on 16 cores.
-# Logs: $BUILD-logs/; where $OUT is set (the device tool), they come back as
-# $OUT/gpu-check-logs.tar.gz, with the summary as $OUT/summary.txt.
+# Time: the whole run keeps inside MHAR_GPU_BUDGET seconds (default 420, so that a device-tool
+# command limit of 480 s leaves a minute to bring the logs back): each step's time limit shrinks
+# to what is left (less 25 s for the summary), and a step with under 10 s left is skipped and
+# says so. Logs: $BUILD-logs/; where $OUT is set (the device tool), they come back as
+# $OUT/gpu-check-logs.tar.gz, with the summary as $OUT/summary.txt, also when configure or the
+# build fails (the summary then holds the tail of that log).
 #
 # The GPU machine has no network: when the Debian packages are missing there, it builds against
-# build-deps/ (made by scripts/gpu-deps.sh on a machine with a mirror, and sent along).
+# build-deps/ (made by scripts/gpu-deps.sh on a machine with a mirror, and sent along); with
+# neither, it stops at once and says so. The first screen shows the card, the commit, the CMake
+# and nvcc versions and which packages the build uses.
 #
 #   usage:  scripts/gpu-check.sh [build-dir = build-gpu]
-#   env:    MHAR_GPU_ARCH (default 90), JOBS (default nproc), MHAR_GPU_BUDGET (default 540),
+#   env:    MHAR_GPU_ARCH (default 90), JOBS (default nproc), MHAR_GPU_BUDGET (default 420),
 #           MHAR_COMMIT (the commit, where the tree came without .git)
 #   exit:   0 when every test and check passed and every benchmark ran, 1 otherwise
 set -uo pipefail
@@ -33,7 +38,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BUILD=${1:-build-gpu}
 ARCH=${MHAR_GPU_ARCH:-90}
 JOBS=${JOBS:-$(nproc)}
-BUDGET=${MHAR_GPU_BUDGET:-540}
+BUDGET=${MHAR_GPU_BUDGET:-420}
 T0=$(date +%s)
 status=0
 elapsed() { echo "$(( $(date +%s) - T0 )) s"; }
@@ -68,6 +73,23 @@ pack_logs() {
   fi
 }
 trap pack_logs EXIT
+# stop STAGE LOG: a summary that says where the run stopped, with the log's tail (what a first
+# run on an unknown machine most needs back), then exit 1.
+stop() {
+  {
+    echo "== summary [$(elapsed) of the $BUDGET s budget]: STOPPED at $1"
+    echo "card:   ${card:-unknown}"
+    echo "commit: ${commit:-unknown}"
+    echo "cmake:  ${cmake_version:-unknown}"
+    echo "nvcc:   ${nvcc_version:-unknown}"
+    if [[ -n "${2:-}" && -f "$2" ]]; then
+      echo "last 40 lines of $2:"
+      tail -40 "$2"
+    fi
+    echo "exit: 1"
+  } | tee "$LOGS/summary.txt"
+  exit 1
+}
 
 echo "== card"
 card=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true)
@@ -82,14 +104,36 @@ else
 fi
 echo "$commit"
 
+echo "== tools"
+cmake_version=$(cmake --version 2>/dev/null | head -1)
+echo "cmake: ${cmake_version:=none}"
+NVCC=${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+nvcc_version=$("$NVCC" --version 2>/dev/null | grep -i release | sed 's/.*release //')
+echo "nvcc:  ${nvcc_version:=none} ($NVCC)"
+echo "c++:   $(c++ --version 2>/dev/null | head -1 || echo none)"
+[[ "$cmake_version" != none ]] || { echo "gpu-check: no cmake on this machine" >&2; stop "tools: no cmake"; }
+
+# The Debian packages the build needs: carried in build-deps/, or installed here (a machine set
+# up by scripts/setup.sh). Neither: stop now, before a configure that would fail on the first.
 DEPS=()
 if [[ -d build-deps/root/usr ]]; then
   # fmt and Catch2's main from their headers: Debian's built libraries may need a newer glibc and
   # libstdc++ than the GPU machine's image has.
   DEPS=(-DCMAKE_PREFIX_PATH="$PWD/build-deps/root/usr" -DMHAR_HEADER_ONLY_DEPS=ON)
-  echo "== using build-deps/ (carried Debian packages)"
+  echo "deps:  build-deps/ (carried Debian packages)"
+else
+  missing=()
+  for h in eigen3/Eigen/Core catch2/catch.hpp CLI/CLI.hpp fmt/format.h nlohmann/json.hpp \
+    stb/stb_image_write.h; do
+    [[ -f /usr/include/$h ]] || missing+=("$h")
+  done
+  if (( ${#missing[@]} > 0 )); then
+    echo "gpu-check: build-deps/ is missing and this machine lacks ${missing[*]}:" \
+      "run scripts/gpu-deps.sh on the development machine and carry build-deps" >&2
+    stop "deps: build-deps/ missing (no ${missing[*]} here either)"
+  fi
+  echo "deps:  this machine's /usr/include (no build-deps/)"
 fi
-command -v cmake >/dev/null || { echo "gpu-check: no cmake on this machine" >&2; exit 1; }
 
 echo "== configure ($BUILD, sm_$ARCH) [$(elapsed)]"
 rm -rf "$BUILD"
@@ -98,14 +142,17 @@ if command -v ninja >/dev/null 2>&1; then GEN=(-G Ninja); fi
 timeout "$(step_limit 120)" cmake -S . -B "$BUILD" ${GEN[@]+"${GEN[@]}"} ${DEPS[@]+"${DEPS[@]}"} \
   -DCMAKE_BUILD_TYPE=Release -DMHAR_CUDA=ON -DMHAR_CUDA_ARCHITECTURES="$ARCH" -DMHAR_DOCS=OFF \
   -DMHAR_CUDA_EMULATOR=OFF >"$LOGS/configure.log" 2>&1 \
-  || { cat "$LOGS/configure.log"; echo "gpu-check: configure failed" >&2; exit 1; }
+  || { tail -40 "$LOGS/configure.log"; echo "gpu-check: configure failed" >&2
+       stop "configure ($cmake_version)" "$LOGS/configure.log"; }
 grep "mhar:" "$LOGS/configure.log" || true
 
-# Only what the steps below run: the CPU-only test programs are CI's.
+# Only what the steps below run: the CPU-only test programs are CI's. The build may use all the
+# time left: nothing after it can run without it.
 echo "== build mhar-toy test_cuda test_cli [$(elapsed)]"
-timeout "$(step_limit 300)" cmake --build "$BUILD" --parallel "$JOBS" \
+timeout "$(step_limit "$BUDGET")" cmake --build "$BUILD" --parallel "$JOBS" \
   --target mhar-toy test_cuda test_cli >"$LOGS/build.log" 2>&1 \
-  || { tail -50 "$LOGS/build.log"; echo "gpu-check: build failed" >&2; exit 1; }
+  || { tail -50 "$LOGS/build.log"; echo "gpu-check: build failed" >&2
+       stop "build" "$LOGS/build.log"; }
 grep -i "warning" "$LOGS/build.log" | head -20 || true
 echo "built in $(elapsed)"
 TOY="$BUILD/tools/mhar-toy"
@@ -123,12 +170,13 @@ if command -v cuobjdump >/dev/null 2>&1; then
   note "SASS: $(wc -l <"$LOGS/spills.txt") routing kernels with local loads or stores (see $LOGS/spills.txt)"
 fi
 
-run_ctest() {  # label regex limit
+run_ctest() {  # label regex limit [VAR=value for the environment of the tests]
   local limit
   limit=$(step_limit "$3")
   can_run "ctest $1" "$limit" || return 0
-  echo "== ctest -R '$2' [$(elapsed)]"
-  (cd "$BUILD" && timeout "$limit" ctest -R "$2" --output-on-failure) >"$LOGS/ctest-$1.log" 2>&1
+  echo "== ${4:+$4 }ctest -R '$2' [$(elapsed)]"
+  (cd "$BUILD" && env ${4:+"$4"} timeout "$limit" ctest -R "$2" --output-on-failure) \
+    >"$LOGS/ctest-$1.log" 2>&1
   local rc=$?
   tail -25 "$LOGS/ctest-$1.log"
   [[ $rc -eq 0 ]] || status=1
@@ -138,8 +186,9 @@ run_ctest() {  # label regex limit
   note "ctest $1: $(grep -E 'tests passed|tests failed' "$LOGS/ctest-$1.log" || echo "no summary (rc $rc)"); $skipped skipped"
 }
 
-# 1. every kernel against the reference
-run_ctest cuda "^cuda:" 240
+# 1. every kernel against the reference, every launch synchronised and checked, so that a fault
+#    inside a kernel is reported under that kernel's name (cuda/device.h, sync_launches)
+run_ctest cuda "^cuda:" 240 MHAR_CUDA_SYNC=1
 
 # 2. the routing kernels and the GPU training step at both shapes
 limit=$(step_limit 200)
@@ -215,7 +264,7 @@ echo
   echo "commit: $commit"
   for line in "${SUMMARY[@]}"; do echo "$line"; done
   echo
-  echo "routing kernels (% copy: target forward ≥ 80, backward ≥ 60; versions naive, fused, warp):"
+  echo "routing kernels (% copy: target forward ≥ 80, backward ≥ 60; versions naive, fused, fused-lb1 = fused under __launch_bounds__(512, 1), warp):"
   grep -E "^(routing,|copy|forward|backward)" "$LOGS/bench.log" 2>/dev/null || echo "(no bench)"
   echo "GPU training step (target: mhar ≤ 1.15× residual at the paper shape):"
   grep -E "^(GPU training step|residual|attnres|mhar|mhar-warp) " "$LOGS/bench.log" 2>/dev/null \

@@ -3,7 +3,9 @@
 # stack frame and spills, per architecture. Needs nvcc only (no GPU): the static half of a
 # kernel's cost, to read before a GPU session measures the other half.
 #
-#   usage:  scripts/kernel-resources.sh [arch = 90] [file.cu ...]   (default: every cuda/*.cu)
+#   usage:  scripts/kernel-resources.sh [arch = 90] [-DNAME=value ...] [file.cu ...]
+#           (default: every cuda/*.cu; -D flags go to nvcc, e.g. -DMHAR_FUSED4_ONE_BLOCK=0 for a
+#           build without the __launch_bounds__(512, 1) fused kernels)
 #   prints: one line per kernel: registers, static shared bytes, stack, spill stores/loads, name
 #   exit:   0, or 1 when nvcc is missing or a file does not compile
 set -euo pipefail
@@ -13,7 +15,14 @@ ARCH=${1:-90}
 shift || true
 NVCC=${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 [[ -x "$NVCC" ]] || { echo "kernel-resources: no nvcc (set CUDACXX)" >&2; exit 1; }
-files=("$@")
+defines=()
+files=()
+for a in "$@"; do
+  case "$a" in
+    -D*) defines+=("$a") ;;
+    *) files+=("$a") ;;
+  esac
+done
 if [[ ${#files[@]} -eq 0 ]]; then files=(cuda/*.cu); fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -21,7 +30,7 @@ trap 'rm -rf "$tmp"' EXIT
 printf '%-5s %6s %6s %6s %6s  %s\n' "regs" "smem" "stack" "st" "ld" "kernel (sm_$ARCH; bytes)"
 for f in "${files[@]}"; do
   # The flags of the project's build (cuda/CMakeLists.txt): C++17, -O3, the repository root.
-  "$NVCC" -I. -O3 -DNDEBUG -std=c++17 -gencode "arch=compute_$ARCH,code=sm_$ARCH" \
+  "$NVCC" -I. -O3 -DNDEBUG ${defines[@]+"${defines[@]}"} -std=c++17 -gencode "arch=compute_$ARCH,code=sm_$ARCH" \
     -Xptxas -v -c "$f" -o "$tmp/k.o" >"$tmp/log" 2>&1 \
     || { cat "$tmp/log" >&2; echo "kernel-resources: $f does not compile" >&2; exit 1; }
   # ptxas prints per kernel: "Compiling entry function 'NAME'", "N bytes stack frame, N bytes

@@ -140,7 +140,10 @@ Subcommand register_check(CLI::App& app) {
       "Compare every CUDA kernel and the whole GPU training step with the CPU reference on this "
       "machine's GPU");
   cmd->add_option("--seed", *seed, "seed of the random inputs");
-  return {cmd, [seed]() -> int {
+  auto cuda_sync = std::make_shared<bool>(false);
+  add_cuda_sync_flag(*cmd, *cuda_sync);
+  return {cmd, [seed, cuda_sync]() -> int {
+            apply_cuda_sync(*cuda_sync);
             const std::string why = cuda_unavailable();
             if (!why.empty()) {
               fmt::print(stderr, "mhar-toy check: nothing to check: {}\n", why);
@@ -291,6 +294,7 @@ Subcommand register_bench(CLI::App& app) {
     int batch = 16, repeats = 5, threads = 0;
     int N = 0, P = 0, d = 0, H = 0;
     bool kernels_only = false;
+    bool cuda_sync = false;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd =
@@ -310,7 +314,9 @@ Subcommand register_bench(CLI::App& app) {
   cmd->add_option("--route-heads", o->H, "routing: heads H");
   cmd->add_flag("--kernels-only", o->kernels_only,
                 "routing: leave out the GPU training-step ratios");
+  add_cuda_sync_flag(*cmd, o->cuda_sync);
   return {cmd, [o]() -> int {
+            apply_cuda_sync(o->cuda_sync);
             if (o->repeats < 1) throw UsageError("--repeats must be at least 1");
             if (o->what != "step" && o->what != "routing")
               throw UsageError("bench: what must be step or routing, got '" + o->what + "'");
@@ -368,11 +374,18 @@ Subcommand register_bench(CLI::App& app) {
             for (const Shape& sh : shapes) {
               fmt::print("routing, {} shape: N={} P={} d={} H={} (bytes: docs/kernels.md)\n",
                          sh.name, sh.N, sh.P, sh.d, sh.H);
-              fmt::print("{:<10} {:<8} {:>10} {:>12} {:>10} {:>8}\n", "op", "version", "ms", "MB",
+              fmt::print("{:<10} {:<9} {:>10} {:>12} {:>10} {:>8}\n", "op", "version", "ms", "MB",
                          "GB/s", "% copy");
-              for (const auto& r : mhar::cuda::bench_routing(sh.N, sh.P, sh.d, sh.H, o->repeats))
-                fmt::print("{:<10} {:<8} {:>10.4f} {:>12.2f} {:>10.1f} {:>7.1f}%\n", r.op,
+              bool one_block = false;
+              for (const auto& r : mhar::cuda::bench_routing(sh.N, sh.P, sh.d, sh.H, o->repeats)) {
+                fmt::print("{:<10} {:<9} {:>10.4f} {:>12.2f} {:>10.1f} {:>7.1f}%\n", r.op,
                            r.version, r.ms, r.bytes / 1e6, r.gbps, r.pct_copy);
+                one_block = one_block || r.version == mhar::cuda::kFusedOneBlockName;
+              }
+              if (one_block)
+                fmt::print("({}: the fused kernels under __launch_bounds__(512, 1); "
+                           "docs/kernels.md)\n",
+                           mhar::cuda::kFusedOneBlockName);
             }
             if (!o->kernels_only) {
               Config tiny;

@@ -18,6 +18,13 @@ void add_model_flags(CLI::App& cmd, Config& cfg, std::string& mode);
 /// The config those flags describe, validated; throws UsageError (exit 2) naming what is wrong.
 Config model_config(Config cfg, const std::string& mode);
 
+/// Adds --cuda-sync to `cmd` (train, check, bench): every CUDA launch is synchronised and
+/// checked, so that a fault inside a kernel is reported under that kernel's name (as with
+/// MHAR_CUDA_SYNC=1 in the environment; cuda/device.h, sync_launches).
+void add_cuda_sync_flag(CLI::App& cmd, bool& on);
+/// Turns the switch on when `on` (no effect in a build without CUDA).
+void apply_cuda_sync(bool on);
+
 /// Each subcommand registers itself on `app` and returns the function that executes it once the
 /// command line is parsed (returning an exit code; errors.h).
 using Runner = std::function<int()>;

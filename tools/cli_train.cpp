@@ -8,7 +8,25 @@
 #include "errors.h"
 #include "train.h"
 
+#ifdef MHAR_WITH_CUDA
+#include "cuda/device.h"
+#endif
+
 namespace mhar::toy {
+
+void add_cuda_sync_flag(CLI::App& cmd, bool& on) {
+  cmd.add_flag("--cuda-sync", on,
+               "debug: synchronise and check after every CUDA launch, so a fault names its "
+               "kernel (slow; same as MHAR_CUDA_SYNC=1)");
+}
+
+void apply_cuda_sync(bool on) {
+#ifdef MHAR_WITH_CUDA
+  if (on) mhar::cuda::set_sync_launches(true);
+#else
+  (void)on;
+#endif
+}
 
 void add_model_flags(CLI::App& cmd, Config& cfg, std::string& mode) {
   cmd.add_option("--mode", mode, "residual mode: residual | attnres | mhar | block | delta");
@@ -37,6 +55,7 @@ Subcommand register_train(CLI::App& app) {
   auto o = std::make_shared<TrainOptions>();
   auto mode = std::make_shared<std::string>("mhar");
   auto resume_dir = std::make_shared<std::string>();
+  auto cuda_sync = std::make_shared<bool>(false);
   auto* cmd = app.add_subcommand(
       "train", "Train a tiny model on a text file (on the GPU when there is one, else the CPU)");
   add_model_flags(*cmd, o->cfg, *mode);
@@ -64,8 +83,10 @@ Subcommand register_train(CLI::App& app) {
   cmd->add_flag("--quiet,-q", o->quiet, "print nothing but errors");
   cmd->add_option("--resume", *resume_dir,
                   "continue the run in DIR with its saved options (--steps N extends it)");
+  add_cuda_sync_flag(*cmd, *cuda_sync);
   auto* steps = cmd->get_option("--steps");
-  return {cmd, [o, mode, resume_dir, out, steps]() -> int {
+  return {cmd, [o, mode, resume_dir, out, steps, cuda_sync]() -> int {
+            apply_cuda_sync(*cuda_sync);
             if (!resume_dir->empty())
               return resume(*resume_dir, steps->count() ? o->steps : 0, o->quiet);
             o->cfg = model_config(o->cfg, *mode);

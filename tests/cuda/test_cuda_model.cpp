@@ -82,3 +82,74 @@ TEST_CASE("GPU model rejects a bad batch before touching the device", "[model][b
                     Contains("parameters do not match the config"));
   CHECK_THROWS_WITH(model_backward(none, cfg, none, cache), Contains("holds no loss"));
 }
+
+TEST_CASE("GPU model refuses a cache made for another model shape, reallocates for another B",
+          "[gpu][model]") {
+  using Catch::Matchers::Contains;
+  if (!have_gpu()) return;
+  mhar::Config cfg;
+  cfg.d = 32;
+  cfg.L = 2;
+  cfg.T = 9;
+  cfg.ffn = 48;
+  cfg.H = 4;
+  mhar::Rng rng(11);
+  auto batch = [&](int B) {
+    std::vector<int> x(static_cast<std::size_t>(B * 9));
+    for (auto& t : x) t = static_cast<int>(rng.below(256));
+    return x;
+  };
+  const std::vector<int> x3 = batch(3), y3 = batch(3), x2 = batch(2), y2 = batch(2);
+  DeviceParams dp(cfg, mhar::init_params<float>(cfg, rng)), grads(cfg);
+  DeviceCache cache;
+  cache.routing = RoutingVersion::Warp;
+  model_forward(cfg, dp, x3, y3, 3, cache);
+  CHECK(cache.B == 3);
+
+  // Another B: the cache is reallocated for it, its routing version kept.
+  model_forward(cfg, dp, x2, y2, 2, cache);
+  CHECK(cache.B == 2);
+  CHECK(cache.P == 18);
+  CHECK(cache.routing == RoutingVersion::Warp);
+  model_backward(grads, cfg, dp, cache);
+
+  // Another shape: refused with what differs.
+  for (int k = 0; k < 5; ++k) {
+    mhar::Config other = cfg;
+    std::string expected;
+    switch (k) {
+      case 0:
+        other.d = 64;
+        expected = "d 32 (cache) vs 64";
+        break;
+      case 1:
+        other.L = 3;
+        expected = "L 2 (cache) vs 3";
+        break;
+      case 2:
+        other.mode = mhar::Mode::Delta;
+        expected = "mode mhar (cache) vs delta";
+        break;
+      case 3:
+        other.H = 2;
+        expected = "routing heads 4 (cache) vs 2";
+        break;
+      case 4:
+        other.ffn = 64;
+        expected = "ffn 48 (cache) vs 64";
+        break;
+    }
+    CAPTURE(expected);
+    mhar::Rng r2(12);
+    DeviceParams other_p(other, mhar::init_params<float>(other, r2)), other_g(other);
+    CHECK_THROWS_WITH(model_forward(other, other_p, x2, y2, 2, cache),
+                      Contains("cuda::model_forward: the cache was made for another model") &&
+                          Contains(expected));
+    CHECK_THROWS_WITH(model_backward(other_g, other, other_p, cache),
+                      Contains("cuda::model_backward: the cache was made for another model") &&
+                          Contains(expected));
+    // What the refusal leaves: the cache as it was, still usable with its own model.
+    CHECK(cache.B == 2);
+    CHECK(cache.shape_mismatch(cfg).empty());
+  }
+}

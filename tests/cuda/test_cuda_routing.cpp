@@ -59,6 +59,31 @@ TEST_CASE("routing versions agree on fresh inputs for several seeds", "[gpu][rou
   }
 }
 
+TEST_CASE("the fused kernels under __launch_bounds__(512, 1) match the reference",
+          "[gpu][routing]") {
+  if (!have_gpu()) return;
+  if (!fused4_one_block_built()) {
+    WARN("MHAR_SKIP: built with MHAR_FUSED4_ONE_BLOCK=OFF (no such variant)");
+    return;
+  }
+  struct Restore {
+    ~Restore() { set_fused4_bounds(FusedBounds::Default); }
+  } restore;
+  set_fused4_bounds(FusedBounds::OneBlockPerSM);
+  // d = 128 (the tiny model), 512 (the paper's), 2048 (the widest at four columns a thread),
+  // with awkward N, P and K.
+  for (const RoutingShape& shape :
+       {RoutingShape{9, 37, 128, 4}, RoutingShape{5, 33, 512, 4}, RoutingShape{3, 7, 2048, 8},
+        RoutingShape{4, 9, 200, 5}}) {
+    CAPTURE(describe(shape));
+    REQUIRE(fused4_applies(shape.d));
+    check_rows(check_routing_forward(shape, RoutingVersion::Fused, 31));
+    check_rows(check_routing_backward(shape, RoutingVersion::Fused, 31));
+  }
+  CHECK_FALSE(fused4_applies(64));    // two columns a thread
+  CHECK_FALSE(fused4_applies(4096));  // eight
+}
+
 TEST_CASE("routing is deterministic: same bits on every run", "[gpu][routing]") {
   if (!have_gpu()) return;
   const RoutingVersion v =

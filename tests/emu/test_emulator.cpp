@@ -1,8 +1,9 @@
 /**
  * @file test_emulator.cpp
  * @brief The emulator's own promises (include/cuda_runtime.h): barriers order the threads of a
- *        block, shuffles exchange lanes, launches the hardware refuses are refused, shared and
- *        allocated memory start as NaN, and a barrier that cannot complete aborts. Without these,
+ *        block, shuffles exchange lanes, launches the hardware refuses are refused, shared
+ *        (dynamic, and static in every block) and allocated memory start as NaN, and a barrier
+ *        that cannot complete aborts. Without these,
  *        a green "emu:" test would say little.
  */
 #include <cuda_runtime.h>
@@ -41,6 +42,15 @@ __global__ void warp_total(float* out) {
   float v = static_cast<float>(threadIdx.x);
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
   out[threadIdx.x] = v;
+}
+
+// Block 0 writes its static shared array; every block then reads its own. translate.cmake turns
+// `__shared__ float cells[32];` into the line below.
+__global__ void static_shared_per_block(float* out) {
+  auto& cells = mhar_emu::static_shared<float[32]>([] {});
+  if (blockIdx.x == 0) cells[threadIdx.x] = 7.f;
+  __syncthreads();
+  out[blockIdx.x * 32 + threadIdx.x] = cells[threadIdx.x];
 }
 
 __global__ void read_shared(float* out) {
@@ -105,6 +115,21 @@ TEST_CASE("shared and cudaMalloc'd memory start as NaN", "[emulator]") {
   REQUIRE(cudaMalloc(&p, 16 * sizeof(float)) == cudaSuccess);
   CHECK(std::isnan(static_cast<float*>(p)[7]));
   cudaFree(p);
+}
+
+TEST_CASE("static shared memory starts as NaN in every block", "[emulator]") {
+  // Twice: the second launch must not see the first one's writes either.
+  for (int run = 0; run < 2; ++run) {
+    std::vector<float> out(3 * 32, 0.f);
+    launch(static_shared_per_block, dim3(3), dim3(32), 0, out.data());
+    REQUIRE(cudaGetLastError() == cudaSuccess);
+    for (int t = 0; t < 32; ++t) {
+      CAPTURE(run, t);
+      CHECK(out[static_cast<std::size_t>(t)] == 7.f);            // block 0 wrote it
+      CHECK(std::isnan(out[static_cast<std::size_t>(32 + t)]));  // blocks 1 and 2 did not
+      CHECK(std::isnan(out[static_cast<std::size_t>(64 + t)]));
+    }
+  }
 }
 
 TEST_CASE("launches the hardware refuses are refused, as cudaGetLastError says", "[emulator]") {

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "checkpoint.h"
 #include "memory.h"
@@ -33,12 +34,13 @@ struct Result {
   std::string out;  ///< stdout and stderr together
 };
 
-/// Runs `mhar-toy <args>` through the shell; returns its exit code and output.
-Result toy(const std::string& args) {
+/// Runs `mhar-toy <args>` through the shell (after `env`, "VAR=value ..." or ""); returns its
+/// exit code and output.
+Result toy(const std::string& args, const std::string& env = "") {
   static int n = 0;
   const fs::path log = fs::temp_directory_path() / ("mhar-cli-" + std::to_string(getpid()) + "-" +
                                                     std::to_string(n++) + ".log");
-  const std::string cmd = std::string(MHAR_TOY) + " " + args + " > " + log.string() + " 2>&1";
+  const std::string cmd = env + std::string(MHAR_TOY) + " " + args + " > " + log.string() + " 2>&1";
   const int status = std::system(cmd.c_str());
   Result r;
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -584,3 +586,28 @@ TEST_CASE("train on device cuda matches the CPU: losses to float rounding, same 
     CHECK(cut[i].at("train_loss").get<double>() == gm[i].at("train_loss").get<double>());
   }
 }
+
+#ifdef MHAR_CLI_EMULATOR
+// Emulator only: MHAR_EMU_FAULT_LAUNCH makes one launch fault, as a kernel's bad access would.
+TEST_CASE("a kernel fault is named under MHAR_CUDA_SYNC=1 or --cuda-sync, blamed later without",
+          "[cli][gpu]") {
+  const fs::path d = scratch("fault");
+  const std::string args = "train" + kTiny + " --device cuda --steps 2 --out ";
+  const std::string fault = "MHAR_EMU_FAULT_LAUNCH=40 ";  // launch 40 is rope_table
+  const Result plain = toy(args + (d / "a").string(), fault);
+  INFO(plain.out);
+  CHECK(plain.code == 1);
+  CHECK_THAT(plain.out, Contains("rope: rope_rotate_pairs launch: cudaErrorLaunchFailure"));
+  CHECK_THAT(plain.out, Contains("rerun with MHAR_CUDA_SYNC=1 (or --cuda-sync)"));
+  for (const auto& [how, env, flag] :
+       {std::tuple{"environment", fault + "MHAR_CUDA_SYNC=1 ", ""},
+        std::tuple{"flag", fault, " --cuda-sync"}}) {
+    CAPTURE(how);
+    const Result named = toy(args + (d / how).string() + flag, env);
+    INFO(named.out);
+    CHECK(named.code == 1);
+    CHECK_THAT(named.out, Contains("rope: rope_table launch: cudaErrorLaunchFailure") &&
+                              Contains("raised while this kernel ran"));
+  }
+}
+#endif

@@ -13,14 +13,28 @@
  *   every lane of the warp (32 threads). A barrier that can never complete (a thread returned, or
  *   took another branch) is reported as a deadlock and aborts: on a GPU it would hang or be
  *   undefined behaviour.
- * - Shared memory (`extern __shared__`) is filled with NaN before each block, and cudaMalloc'd
- *   memory too, so a read before a write shows up as NaN in the result.
+ * - Shared memory, dynamic (`extern __shared__`) and static (`__shared__ float s[8][32]`), is
+ *   filled with NaN before each block, and cudaMalloc'd memory too, so a read before a write
+ *   shows up as NaN in the result, and nothing carries over from one block to the next.
  * - The threads of a block run in increasing order on even launches and in decreasing order on
  *   odd ones: a missing barrier between a write by one thread and a read by another then reads
  *   NaN or a stale value in one of the two orders.
  * - A launch the hardware would refuse (more than 1024 threads, a grid too large, dynamic shared
  *   memory above 48 KiB without opting in, or above the Hopper opt-in limit) is not run; the next
  *   cudaGetLastError() returns cudaErrorInvalidConfiguration, as on a GPU.
+ * - A fault inside a kernel (`__trap()`, or the launch numbered MHAR_EMU_FAULT_LAUNCH in the
+ *   environment, counting from 1) stops that launch and behaves as on a GPU, where the kernel is
+ *   still running when its launch returns: the launch itself reports success, the fault
+ *   (cudaErrorLaunchFailure) surfaces at the next launch or synchronising call (cudaMemcpy,
+ *   cudaDeviceSynchronize, …), and from then on it is sticky: every call returns it, no kernel
+ *   runs. Only mhar_emu::clear_fault() (a test hook; on a GPU, a new process) ends it.
+ * - Memory pools: cudaDeviceGetAttribute(cudaDevAttrMemoryPoolsSupported) reports
+ *   Machine::pools_supported (1; tests set 0). Where it is 0, or Machine::pool_refuses is set
+ *   (a driver that claims pools but refuses them), cudaMallocAsync fails with
+ *   cudaErrorNotSupported or cudaErrorNotPermitted; Machine::pool_misalign shifts what
+ *   cudaMallocAsync returns by that many bytes. Machine counts cudaMalloc and cudaMallocAsync
+ *   calls and pool queries, and keeps the last request's size, so a test can tell which path an
+ *   allocator took and what it asked for.
  *
  * What it does not emulate: the memory model between threads running at once, speed, streams,
  * atomics, warp-level primitives other than the three above, texture memory; events time the
@@ -54,7 +68,8 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-#define __shared__ static
+// No __shared__: translate.cmake rewrites every shared declaration (dynamic_shared,
+// static_shared below), so one it missed fails to compile instead of being shared by all blocks.
 #define __restrict__ __restrict
 
 struct dim3 {
@@ -73,6 +88,8 @@ enum cudaError_t {
   cudaErrorInvalidValue = 1,
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
+  cudaErrorLaunchFailure = 719,
+  cudaErrorNotPermitted = 800,
   cudaErrorNotSupported = 801,
 };
 
@@ -150,6 +167,23 @@ struct Machine {
   std::map<const void*, std::size_t> smem_optin;  ///< per kernel, from cudaFuncSetAttribute
   cudaError_t last_error = cudaSuccess;
   long launches = 0;
+  long blocks_started = 0;  ///< blocks run so far, all launches (static shared memory's clock)
+  // Faults (see the file comment).
+  cudaError_t fault = cudaSuccess;  ///< a kernel's fault, sticky once visible
+  bool fault_visible = false;       ///< false while "the faulting kernel still runs"
+  bool trapped = false;             ///< the running block called __trap()
+  long fault_launch = [] {          ///< MHAR_EMU_FAULT_LAUNCH: this launch faults (0: none)
+    const char* v = std::getenv("MHAR_EMU_FAULT_LAUNCH");
+    return v ? std::atol(v) : 0L;
+  }();
+  // Memory pools (see the file comment).
+  int pools_supported = 1;
+  bool pool_refuses = false;
+  std::size_t pool_misalign = 0;
+  std::map<void*, void*> shifted;  ///< what cudaMallocAsync returned → what malloc returned
+  long malloc_calls = 0, malloc_async_calls = 0;
+  long pool_queries = 0;             ///< cudaDevAttrMemoryPoolsSupported queries
+  std::size_t last_alloc_bytes = 0;  ///< bytes of the last cudaMalloc or cudaMallocAsync
 };
 
 inline Machine& machine() {
@@ -161,6 +195,22 @@ inline Machine& machine() {
   std::fprintf(stderr, "mhar CUDA emulator: %s\n", what.c_str());
   std::fflush(stderr);
   std::abort();
+}
+
+/// The sticky fault, made visible: what a call after a faulting kernel returns (cudaSuccess
+/// when no kernel faulted).
+inline cudaError_t sticky() {
+  Machine& m = machine();
+  if (m.fault != cudaSuccess) m.fault_visible = true;
+  return m.fault;
+}
+
+/// Test hook: forgets a kernel's fault (on a GPU only a new process does).
+inline void clear_fault() {
+  Machine& m = machine();
+  m.fault = cudaSuccess;
+  m.fault_visible = false;
+  m.last_error = cudaSuccess;
 }
 
 inline void yield(State why, const char* where) {
@@ -219,8 +269,18 @@ inline bool refuse(const Config& c, const void* kernel) {
 template <typename Kernel, typename... Args>
 void run(Kernel kernel, const Config& c, Args... args) {
   Machine& m = machine();
+  if (sticky() != cudaSuccess) {  // after a fault no kernel runs
+    m.last_error = m.fault;
+    return;
+  }
   if (refuse(c, reinterpret_cast<const void*>(kernel))) {
     m.last_error = cudaErrorInvalidConfiguration;
+    return;
+  }
+  if (m.fault_launch > 0 && m.launches + 1 == m.fault_launch) {  // MHAR_EMU_FAULT_LAUNCH
+    ++m.launches;
+    m.fault = cudaErrorLaunchFailure;
+    m.fault_visible = false;
     return;
   }
   const int n = static_cast<int>(c.block.x * c.block.y * c.block.z);
@@ -237,10 +297,12 @@ void run(Kernel kernel, const Config& c, Args... args) {
   gridDim = c.grid;
   blockDim = c.block;
   const bool reverse = (m.launches++ % 2) == 1;
-  for (unsigned bz = 0; bz < c.grid.z; ++bz)
-    for (unsigned by = 0; by < c.grid.y; ++by)
-      for (unsigned bx = 0; bx < c.grid.x; ++bx) {
+  m.trapped = false;
+  for (unsigned bz = 0; bz < c.grid.z && !m.trapped; ++bz)
+    for (unsigned by = 0; by < c.grid.y && !m.trapped; ++by)
+      for (unsigned bx = 0; bx < c.grid.x && !m.trapped; ++bx) {
         std::fill(m.shared.begin(), m.shared.end(), std::numeric_limits<float>::quiet_NaN());
+        ++m.blocks_started;
         m.finished = 0;
         m.block_arrived = 0;
         for (int t = 0; t < n; ++t) {
@@ -263,7 +325,9 @@ void run(Kernel kernel, const Config& c, Args... args) {
             blockIdx = dim3(bx, by, bz);
             threadIdx = f.index;
             switch_context(m.scheduler, f.context);
+            if (m.trapped) break;
           }
+          if (m.trapped) break;  // the kernel is aborted: its other threads never resume
           if (!progressed) {
             std::string waits;
             for (int t = 0; t < n; ++t)
@@ -279,6 +343,11 @@ void run(Kernel kernel, const Config& c, Args... args) {
         }
       }
   m.body = nullptr;
+  if (m.trapped) {
+    m.trapped = false;
+    m.fault = cudaErrorLaunchFailure;
+    m.fault_visible = false;
+  }
 }
 
 /// `kernel<<<config>>>(args)` becomes `launch(kernel, config)(args)`.
@@ -291,6 +360,23 @@ auto launch(Kernel kernel, Config c) {
 template <typename T>
 T* dynamic_shared() {
   return reinterpret_cast<T*>(machine().shared.data());
+}
+
+/// A static `__shared__` array of type T (an array type, `float[8][32]`): translate.cmake turns
+/// `__shared__ float s[8][32];` into `auto& s = static_shared<float[8][32]>([] {});`, the
+/// lambda's type naming the declaration, so each declaration has one array (shared by every
+/// TU, like a static local of an inline function). The first thread of a block to reach the
+/// declaration fills it with NaN bytes (0xFF); the others of that block find it as written.
+template <typename T, typename Site>
+T& static_shared(Site) {
+  static T storage;
+  static long filled_for = -1;
+  Machine& m = machine();
+  if (filled_for != m.blocks_started) {
+    std::memset(&storage, 0xFF, sizeof storage);
+    filled_for = m.blocks_started;
+  }
+  return storage;
 }
 
 }  // namespace mhar_emu
@@ -306,6 +392,15 @@ inline void __syncthreads() {
     return;
   }
   mhar_emu::yield(mhar_emu::State::AtBlockBarrier, "__syncthreads");
+}
+
+/// Aborts the kernel: the running thread stops here and no other thread of the launch runs on
+/// (cudaErrorLaunchFailure, reported as a GPU reports a fault: later, and sticky).
+inline void __trap() {
+  mhar_emu::Machine& m = mhar_emu::machine();
+  m.trapped = true;
+  mhar_emu::yield(mhar_emu::State::Done, "__trap");
+  mhar_emu::fail("a trapped fiber was resumed");
 }
 
 inline void __syncwarp(unsigned mask = 0xffffffffu) {
@@ -333,7 +428,11 @@ enum cudaMemcpyKind {
   cudaMemcpyDeviceToDevice,
   cudaMemcpyDefault
 };
-enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin, cudaDevAttrMultiProcessorCount };
+enum cudaDeviceAttr {
+  cudaDevAttrMaxSharedMemoryPerBlockOptin,
+  cudaDevAttrMultiProcessorCount,
+  cudaDevAttrMemoryPoolsSupported
+};
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
 struct cudaDeviceProp {
   char name[256];
@@ -355,6 +454,8 @@ inline const ErrorText& error_text(cudaError_t e) {
       {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
       {cudaErrorInvalidConfiguration, "cudaErrorInvalidConfiguration",
        "invalid configuration argument"},
+      {cudaErrorLaunchFailure, "cudaErrorLaunchFailure", "unspecified launch failure"},
+      {cudaErrorNotPermitted, "cudaErrorNotPermitted", "operation not permitted"},
       {cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},
   };
   for (const ErrorText& t : kTexts)
@@ -370,6 +471,7 @@ inline const char* cudaGetErrorName(cudaError_t e) {
   return mhar_emu::error_text(e).name;
 }
 inline cudaError_t cudaGetLastError() {
+  if (mhar_emu::machine().fault_visible) return mhar_emu::machine().fault;  // sticky
   const cudaError_t e = mhar_emu::machine().last_error;
   mhar_emu::machine().last_error = cudaSuccess;
   return e;
@@ -383,7 +485,7 @@ inline cudaError_t cudaGetDevice(int* d) {
   return cudaSuccess;
 }
 inline cudaError_t cudaDeviceSynchronize() {
-  return cudaSuccess;
+  return mhar_emu::sticky();
 }
 /// Three "SMs": grids sized from the SM count (the fused routing backward) then take more than
 /// one pass of their grid-stride loops at the test shapes.
@@ -395,7 +497,18 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
   return cudaSuccess;
 }
 inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
-  *v = a == cudaDevAttrMultiProcessorCount ? 3 : static_cast<int>(mhar_emu::kSmemOptin);
+  switch (a) {
+    case cudaDevAttrMultiProcessorCount:
+      *v = 3;
+      break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin:
+      *v = static_cast<int>(mhar_emu::kSmemOptin);
+      break;
+    case cudaDevAttrMemoryPoolsSupported:
+      ++mhar_emu::machine().pool_queries;
+      *v = mhar_emu::machine().pools_supported;
+      break;
+  }
   return cudaSuccess;
 }
 template <typename F>
@@ -412,23 +525,44 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, F, int threads
   return cudaSuccess;
 }
 /// Device memory is host memory, filled with NaN bytes (0xFF) like a poisoned buffer.
-inline cudaError_t cudaMalloc(void** p, std::size_t n) {
-  *p = std::malloc(n == 0 ? 1 : n);
-  if (!*p) return cudaErrorMemoryAllocation;
-  std::memset(*p, 0xFF, n);
+namespace mhar_emu {
+inline cudaError_t allocate(void** p, std::size_t n, std::size_t shift) {
+  if (const cudaError_t e = sticky()) return e;
+  machine().last_alloc_bytes = n;
+  char* base = static_cast<char*>(std::malloc(n + shift == 0 ? 1 : n + shift));
+  if (!base) return cudaErrorMemoryAllocation;
+  std::memset(base, 0xFF, n + shift);
+  *p = base + shift;
+  if (shift) machine().shifted[*p] = base;
   return cudaSuccess;
+}
+}  // namespace mhar_emu
+inline cudaError_t cudaMalloc(void** p, std::size_t n) {
+  ++mhar_emu::machine().malloc_calls;
+  return mhar_emu::allocate(p, n, 0);
 }
 inline cudaError_t cudaMallocAsync(void** p, std::size_t n, cudaStream_t) {
-  return cudaMalloc(p, n);
+  mhar_emu::Machine& m = mhar_emu::machine();
+  ++m.malloc_async_calls;
+  if (!m.pools_supported) return cudaErrorNotSupported;
+  if (m.pool_refuses) return cudaErrorNotPermitted;
+  return mhar_emu::allocate(p, n, m.pool_misalign);
 }
 inline cudaError_t cudaFree(void* p) {
+  mhar_emu::Machine& m = mhar_emu::machine();
+  const auto shifted = m.shifted.find(p);
+  if (shifted != m.shifted.end()) {
+    p = shifted->second;
+    m.shifted.erase(shifted);
+  }
   std::free(p);
-  return cudaSuccess;
+  return mhar_emu::sticky();
 }
 inline cudaError_t cudaFreeAsync(void* p, cudaStream_t) {
   return cudaFree(p);
 }
 inline cudaError_t cudaMemcpy(void* d, const void* s, std::size_t n, cudaMemcpyKind) {
+  if (const cudaError_t e = mhar_emu::sticky()) return e;
   if (n) std::memcpy(d, s, n);
   return cudaSuccess;
 }
@@ -437,6 +571,7 @@ inline cudaError_t cudaMemcpyAsync(void* d, const void* s, std::size_t n, cudaMe
   return cudaMemcpy(d, s, n, k);
 }
 inline cudaError_t cudaMemset(void* d, int v, std::size_t n) {
+  if (const cudaError_t e = mhar_emu::sticky()) return e;
   if (n) std::memset(d, v, n);
   return cudaSuccess;
 }
@@ -461,14 +596,15 @@ inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = 0) {
   return cudaSuccess;
 }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t) {
-  return cudaSuccess;
+  return mhar_emu::sticky();
 }
 inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t stop) {
   *ms = std::chrono::duration<float, std::milli>(stop->at - start->at).count();
   return cudaSuccess;
 }
 
-/// Memory pools: accepted and ignored (the emulator's allocations are plain malloc).
+/// Memory pools: the default pool's settings are accepted and ignored (the emulator's
+/// allocations are plain malloc).
 using cudaMemPool_t = struct EmuMemPool*;
 enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold };
 inline cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int) {
