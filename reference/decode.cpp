@@ -115,15 +115,15 @@ RowVec<T> decode_step(const Config& cfg, const Params<T>& p, DecodeState<T>& sta
   prims.reserve(n_sub + 1);
   prims.emplace_back();
   embedding_forward(prims[0], std::vector<int>{token}, p.embed);  // E[token]
-  Mat<T> h = prims[0];                                             // the stream (residual, delta)
+  Mat<T> h = prims[0];                                            // the stream (residual, delta)
 
   // Routing site s over this position's own sources: no other position is read.
   RoutingSaved<T> saved;
   auto route_site = [&](int s) {
     Mat<T> out;
     if (cfg.mode == Mode::AttnRes || cfg.mode == Mode::Mhar)
-      routing_forward<T>(out, saved, std::span<const Mat<T>>(prims.data(), s + 1),
-                         p.route_q.row(s), p.route_g.row(s), H);  // [E, out_0 … out_{s−1}]
+      routing_forward<T>(out, saved, std::span<const Mat<T>>(prims.data(), s + 1), p.route_q.row(s),
+                         p.route_g.row(s), H);  // [E, out_0 … out_{s−1}]
     else {
       const std::vector<Mat<T>> sources = gather_row_sources(cfg, s, prims, p);  // grouped
       routing_forward<T>(out, saved, sources, p.route_q.row(s), p.route_g.row(s), H);
@@ -181,10 +181,10 @@ RowVec<T> decode_step(const Config& cfg, const Params<T>& p, DecodeState<T>& sta
   return final_normed * p.embed.transpose();
 }
 
-#define MHAR_INSTANTIATE(T)                                                                     \
-  template DecodeState<T> decode_start<T>(const Config&);                                       \
-  template Mat<T> decode_prefill<T>(const Config&, const Params<T>&, DecodeState<T>&,           \
-                                    const std::vector<int>&);                                   \
+#define MHAR_INSTANTIATE(T)                                                           \
+  template DecodeState<T> decode_start<T>(const Config&);                             \
+  template Mat<T> decode_prefill<T>(const Config&, const Params<T>&, DecodeState<T>&, \
+                                    const std::vector<int>&);                         \
   template RowVec<T> decode_step<T>(const Config&, const Params<T>&, DecodeState<T>&, int);
 MHAR_INSTANTIATE(float)
 MHAR_INSTANTIATE(double)

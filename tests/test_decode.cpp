@@ -80,8 +80,7 @@ std::vector<Case> all_cases() {
 
 }  // namespace
 
-TEST_CASE("decode step equals the full forward on every prefix, every mode (double)",
-          "[decode]") {
+TEST_CASE("decode step equals the full forward on every prefix, every mode (double)", "[decode]") {
   for (const Case& k : all_cases()) {
     const Config& cfg = k.cfg;
     Rng rng(900 + static_cast<int>(cfg.mode) * 13 + cfg.H);

@@ -86,8 +86,7 @@ TEST_CASE("rope at an offset rotates row p as position first + p", "[rope]") {
   rope_forward_at(one, Mat<double>(x.row(5)), 5, heads);
   CHECK(one == whole.row(5));
   CHECK((one - x.row(5)).cwiseAbs().maxCoeff() > 1e-3);  // and it does rotate
-  CHECK_THROWS_WITH(rope_forward_at(one, Mat<double>(x.row(0)), -1, heads),
-                    Contains("0 or more"));
+  CHECK_THROWS_WITH(rope_forward_at(one, Mat<double>(x.row(0)), -1, heads), Contains("0 or more"));
 }
 
 TEST_CASE("op gradient, causal grouped-query attention", "[attention][grad]") {
