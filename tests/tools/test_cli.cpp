@@ -298,6 +298,7 @@ TEST_CASE("bad input gets a clear message and exit code 2", "[cli][bad-input]") 
       {"train --resume " + (d / "mixed").string(), "holds a different model than config.json"},
       {"train --resume " + (d / "nowhere").string(), "not a run directory"},
       {"sample " + (d / "ok").string() + " --top-k 300", "--top-k must be in [0, 256]"},
+      {"sample " + (d / "ok").string() + " --threads -1", "--threads must be 0 (all cores)"},
       {"heatmap " + (d / "ok").string() + " --batch 0", "--batch must be positive"},
       {"plot " + (d / "nowhere").string(), "is '"},
       {"grad --heads 5 --d 32", "must divide d = 32"},
