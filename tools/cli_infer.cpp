@@ -128,7 +128,7 @@ Subcommand register_sample(CLI::App& app) {
     std::string ckpt, prompt = "ROMEO:";
     SampleOptions s;
     bool no_cache = false, json = false;
-    int threads = 0;
+    int threads = 1;  // a decode step is too small to share between threads
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("sample", "Generate text from a trained model");
