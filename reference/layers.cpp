@@ -58,9 +58,10 @@ void linear_backward(Mat<T>& dx, Mat<T>& dW, const Mat<T>& dy, const Mat<T>& x, 
 
 namespace {
 
-/// Rotates each pair (i, i + hd/2) of every head by sign · t · θ^(−2i/hd).
+/// Rotates each pair (i, i + hd/2) of every head by sign · t · θ^(−2i/hd), where row p is at
+/// position t = first + p mod T_len.
 template <typename T>
-void rope_rotate(Mat<T>& y, const Mat<T>& x, int T_len, int n_heads, double sign) {
+void rope_rotate(Mat<T>& y, const Mat<T>& x, int T_len, int n_heads, double sign, int first = 0) {
   require(T_len >= 1 && n_heads >= 1, "rope", "T and the head count must be positive");
   require(x.cols() % n_heads == 0, "rope", "width ", x.cols(), " is not a multiple of ", n_heads,
           " heads");
@@ -73,7 +74,7 @@ void rope_rotate(Mat<T>& y, const Mat<T>& x, int T_len, int n_heads, double sign
   Mat<T> cos_t(T_len, half), sin_t(T_len, half);
   for (int t = 0; t < T_len; ++t)
     for (int i = 0; i < half; ++i) {
-      const double angle = sign * t * std::pow(kRopeTheta, -2.0 * i / hd);
+      const double angle = sign * (first + t) * std::pow(kRopeTheta, -2.0 * i / hd);
       cos_t(t, i) = static_cast<T>(std::cos(angle));
       sin_t(t, i) = static_cast<T>(std::sin(angle));
     }
@@ -96,6 +97,14 @@ void rope_rotate(Mat<T>& y, const Mat<T>& x, int T_len, int n_heads, double sign
 template <typename T>
 void rope_forward(Mat<T>& y, const Mat<T>& x, int T_len, int n_heads) {
   rope_rotate(y, x, T_len, n_heads, +1.0);
+}
+
+template <typename T>
+void rope_forward_at(Mat<T>& y, const Mat<T>& x, int first, int n_heads) {
+  require(first >= 0, "rope", "the first position must be 0 or more, got ", first);
+  require(x.rows() >= 1, "rope", "needs at least one row");
+  // one sequence of x.rows() positions, the first at position `first`
+  rope_rotate(y, x, static_cast<int>(x.rows()), n_heads, +1.0, first);
 }
 
 template <typename T>
@@ -291,6 +300,7 @@ void cross_entropy_backward(Mat<T>& dlogits, const Mat<T>& probs, const std::vec
   template void linear_forward<T>(Mat<T>&, const Mat<T>&, const Mat<T>&);                          \
   template void linear_backward<T>(Mat<T>&, Mat<T>&, const Mat<T>&, const Mat<T>&, const Mat<T>&); \
   template void rope_forward<T>(Mat<T>&, const Mat<T>&, int, int);                                 \
+  template void rope_forward_at<T>(Mat<T>&, const Mat<T>&, int, int);                              \
   template void rope_backward<T>(Mat<T>&, const Mat<T>&, int, int);                                \
   template void attention_forward<T>(Mat<T>&, std::vector<Mat<T>>&, const Mat<T>&, const Mat<T>&,  \
                                      const Mat<T>&, int, int, int, int);                           \

@@ -50,6 +50,10 @@ void linear_backward(Mat<T>& dx, Mat<T>& dW, const Mat<T>& dy, const Mat<T>& x, 
 /// y: P × (n_heads·hd) (=); x likewise; t = row mod T is the token's position in its sequence.
 template <typename T>
 void rope_forward(Mat<T>& y, const Mat<T>& x, int T_len, int n_heads);
+/// y (=): x as one sequence whose row p sits at position first + p (the decode step: one row at
+/// its own position). rope_forward_at(y, x, 0, n) equals rope_forward(y, x, x.rows(), n).
+template <typename T>
+void rope_forward_at(Mat<T>& y, const Mat<T>& x, int first, int n_heads);
 /// dx (=): the rotation by the opposite angle (RoPE is orthogonal).
 template <typename T>
 void rope_backward(Mat<T>& dx, const Mat<T>& dy, int T_len, int n_heads);

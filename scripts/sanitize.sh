@@ -26,6 +26,7 @@ $toy train "${tiny[@]}" --steps 4 --eval-every 2 --eval-batches 2 --ckpt-every 2
   --heatmap-every 2 --device cpu -o "$smoke/run" -q
 $toy train --resume "$smoke/run" --steps 6 -q
 $toy sample "$smoke/run" -n 40 >/dev/null
+$toy sample "$smoke/run" -n 40 --no-cache --json >/dev/null
 $toy eval "$smoke/run" --max-windows 4 >/dev/null
 $toy heatmap "$smoke/run" -B 2 -o "$smoke/heat" >/dev/null
 $toy stream "$smoke/run" -B 2 --csv "$smoke/stream.csv" >/dev/null

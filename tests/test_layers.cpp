@@ -75,6 +75,20 @@ TEST_CASE("op gradient, rope (and it preserves norms)", "[rope][grad]") {
           .pass);
 }
 
+TEST_CASE("rope at an offset rotates row p as position first + p", "[rope]") {
+  const int T_len = 7, heads = 3;
+  Rng rng(105);
+  const Mat<double> x = rng.normal_matrix<double>(T_len, heads * 6);
+  Mat<double> whole, tail, one;
+  rope_forward(whole, x, T_len, heads);
+  rope_forward_at(tail, Mat<double>(x.bottomRows(3)), 4, heads);  // positions 4, 5, 6
+  CHECK(tail == whole.bottomRows(3));  // the same angles, so the same bits
+  rope_forward_at(one, Mat<double>(x.row(5)), 5, heads);
+  CHECK(one == whole.row(5));
+  CHECK((one - x.row(5)).cwiseAbs().maxCoeff() > 1e-3);  // and it does rotate
+  CHECK_THROWS_WITH(rope_forward_at(one, Mat<double>(x.row(0)), -1, heads), Contains("0 or more"));
+}
+
 TEST_CASE("op gradient, causal grouped-query attention", "[attention][grad]") {
   struct Case {
     int B, T, nh, nkv, hd;

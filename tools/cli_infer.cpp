@@ -3,17 +3,23 @@
  * @brief The subcommands that read a trained model: `sample`, `eval`, `heatmap`.
  */
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <numbers>
 #include <random>
 
 #include "checkpoint.h"
 #include "cli_common.h"
 #include "data.h"
+#include "decode.h"
 #include "errors.h"
 #include "heatmap.h"
 #include "memory.h"
@@ -26,12 +32,92 @@ void require_positive(long v, const char* flag) {
   if (v <= 0) throw UsageError(fmt::format("{} must be positive, got {}", flag, v));
 }
 
-/// Next-byte logits of the model for `context` (at most T bytes; RoPE positions from 0).
+/// Next-byte logits of the model for `context` (at most T bytes; RoPE positions from 0), by the
+/// whole batched forward over the context.
 RowVec<float> next_logits(const Checkpoint& ck, const std::vector<int>& context) {
   Config c = ck.cfg;
   c.T = static_cast<int>(context.size());
   const Mat<float> logits = model_logits<float>(c, ck.params, context, 1);
   return logits.row(logits.rows() - 1);
+}
+
+/// Bytes a slid window keeps: the last T/2 (at least 1).
+int window_keep(int T) {
+  return std::max(1, T / 2);
+}
+
+struct SampleOptions {
+  int length = 300, top_k = 40;
+  double temperature = 0.8;
+  std::uint64_t seed = 1;
+  bool cache = true;
+};
+
+struct SampleResult {
+  std::string generated;   ///< the new bytes only
+  long slides = 0;         ///< times the window was restarted from its last T/2 bytes
+  double seconds = 0;      ///< generation time (prefills, steps and sampling; not the load)
+  double cpu_seconds = 0;  ///< CPU time of the same, all threads (less noisy on a shared machine)
+};
+
+/**
+ * Generates o.length bytes after `window` (1 … T bytes). The context of each byte is the window:
+ * the bytes since it started. When a new byte would make it T + 1 bytes, the window restarts from
+ * its last T/2 bytes (RoPE positions from 0 again). With the cache the window is prefilled once
+ * (decode_prefill) and then grows by one decode_step a byte; without it, the whole window is
+ * recomputed for every byte (model_logits). The same windows either way, so the same logits up to
+ * float rounding, and a greedy sample gives the same text.
+ */
+SampleResult generate(const Checkpoint& ck, std::vector<int> window, const SampleOptions& o) {
+  const Config& cfg = ck.cfg;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::clock_t c0 = std::clock();
+  SampleResult r;
+  std::mt19937_64 gen(o.seed);
+  DecodeState<float> state;
+  RowVec<float> logits;
+  auto from_scratch = [&] {  // the logits after the whole window
+    if (o.cache) {
+      const Mat<float> all = decode_prefill<float>(cfg, ck.params, state, window);
+      logits = all.row(all.rows() - 1);
+    } else {
+      logits = next_logits(ck, window);
+    }
+  };
+  from_scratch();
+  for (int n = 0; n < o.length; ++n) {
+    int next = 0;
+    if (o.temperature == 0) {
+      logits.maxCoeff(&next);
+    } else {
+      // keep the top k logits, softmax at the temperature, draw
+      std::vector<int> idx(256);
+      for (int i = 0; i < 256; ++i) idx[i] = i;
+      const int k = o.top_k == 0 ? 256 : o.top_k;
+      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                        [&](int a, int b) { return logits(a) > logits(b); });
+      std::vector<double> w(k);
+      for (int i = 0; i < k; ++i)
+        w[i] = std::exp((logits(idx[i]) - logits(idx[0])) / o.temperature);
+      next = idx[std::discrete_distribution<int>(w.begin(), w.end())(gen)];
+    }
+    r.generated.push_back(static_cast<char>(next));
+    if (n + 1 == o.length) break;  // no logits needed after the last byte
+    window.push_back(next);
+    if (window.size() > static_cast<std::size_t>(cfg.T)) {
+      // slide: restart the window from its last T/2 bytes
+      window.erase(window.begin(), window.end() - window_keep(cfg.T));
+      ++r.slides;
+      from_scratch();
+    } else if (o.cache) {
+      logits = decode_step<float>(cfg, ck.params, state, next);
+    } else {
+      logits = next_logits(ck, window);
+    }
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.cpu_seconds = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
+  return r;
 }
 
 }  // namespace
@@ -41,53 +127,87 @@ RowVec<float> next_logits(const Checkpoint& ck, const std::vector<int>& context)
 Subcommand register_sample(CLI::App& app) {
   struct Opts {
     std::string ckpt, prompt = "ROMEO:";
-    int length = 300, top_k = 40;
-    double temperature = 0.8;
-    std::uint64_t seed = 1;
+    SampleOptions s;
+    bool no_cache = false, json = false;
+    int threads = 1;  // a decode step is too small to share between threads
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("sample", "Generate text from a trained model");
+  cmd->footer(
+      "Window rule (both paths): the context of each byte is a window of at most T bytes, RoPE\n"
+      "positions from 0. A prompt longer than T is cut to its last T bytes (said on stderr, or\n"
+      "prompt_cut in --json); an empty prompt starts after a newline byte. When a new byte would\n"
+      "make the window T + 1 bytes, it restarts from its last T/2 bytes: one batched prefill of\n"
+      "T/2 bytes every T/2 bytes, about one position of work a byte, and a byte never sees fewer\n"
+      "than T/2 bytes once the window is full. (Sliding by one byte would recompute the whole\n"
+      "window every byte: the kept keys and values depend on the bytes dropped.) With the decode\n"
+      "cache (default), a byte that does not slide the window is one step over the cached keys\n"
+      "and values; --no-cache recomputes the whole window for every byte, over the same windows,\n"
+      "so a greedy sample gives the same text. Runs on the CPU reference. The last line on\n"
+      "stderr gives bytes/s (--json: in the object).");
   cmd->add_option("ckpt", o->ckpt, "checkpoint file or run directory")->required();
-  cmd->add_option("--prompt,-p", o->prompt, "text to continue");
-  cmd->add_option("--length,-n", o->length, "bytes to generate");
-  cmd->add_option("--temperature,-t", o->temperature, "softmax temperature (0 = greedy)");
-  cmd->add_option("--top-k,-k", o->top_k, "sample among the k most likely bytes (0 = all)");
-  cmd->add_option("--seed", o->seed, "sampling seed");
+  cmd->add_option("--prompt,-p", o->prompt, "text to continue (empty: start after a newline)");
+  cmd->add_option("--length,-n", o->s.length, "bytes to generate");
+  cmd->add_option("--temperature,-t", o->s.temperature, "softmax temperature (0 = greedy)");
+  cmd->add_option("--top-k,-k", o->s.top_k, "sample among the k most likely bytes (0 = all)");
+  cmd->add_option("--seed", o->s.seed, "sampling seed");
+  cmd->add_flag("--no-cache", o->no_cache,
+                "recompute the whole window for every byte (no decode cache)");
+  cmd->add_flag("--json", o->json,
+                "print one JSON object (text, bytes/s, window slides) instead of text");
+  cmd->add_option("--threads", o->threads, "CPU threads (0 = all cores)");
   return {cmd, [o]() -> int {
-            require_positive(o->length, "--length");
-            if (!(o->temperature >= 0)) throw UsageError("--temperature must be 0 or positive");
-            if (o->top_k < 0 || o->top_k > 256) throw UsageError("--top-k must be in [0, 256]");
+            require_positive(o->s.length, "--length");
+            if (!(o->s.temperature >= 0)) throw UsageError("--temperature must be 0 or positive");
+            if (o->s.top_k < 0 || o->s.top_k > 256) throw UsageError("--top-k must be in [0, 256]");
+            if (o->threads < 0) throw UsageError("--threads must be 0 (all cores) or positive");
+            if (o->threads > 0) omp_set_num_threads(o->threads);
             const Checkpoint ck = load_checkpoint(o->ckpt);
-            std::vector<int> text(o->prompt.begin(), o->prompt.end());
-            for (auto& b : text) b &= 0xff;
-            if (text.empty()) text.push_back('\n');
-            std::mt19937_64 gen(o->seed);
-            std::string out = o->prompt;
-            for (int n = 0; n < o->length; ++n) {
-              const auto start =
-                  text.size() > static_cast<std::size_t>(ck.cfg.T) ? text.size() - ck.cfg.T : 0;
-              const std::vector<int> ctx(text.begin() + static_cast<std::ptrdiff_t>(start),
-                                         text.end());
-              const RowVec<float> logits = next_logits(ck, ctx);
-              int next = 0;
-              if (o->temperature == 0) {
-                logits.maxCoeff(&next);
-              } else {
-                // keep the top k logits, softmax at the temperature, draw
-                std::vector<int> idx(256);
-                for (int i = 0; i < 256; ++i) idx[i] = i;
-                const int k = o->top_k == 0 ? 256 : o->top_k;
-                std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                                  [&](int a, int b) { return logits(a) > logits(b); });
-                std::vector<double> w(k);
-                for (int i = 0; i < k; ++i)
-                  w[i] = std::exp((logits(idx[i]) - logits(idx[0])) / o->temperature);
-                next = idx[std::discrete_distribution<int>(w.begin(), w.end())(gen)];
-              }
-              text.push_back(next);
-              out.push_back(static_cast<char>(next));
+            const int T = ck.cfg.T;
+            std::vector<int> window(o->prompt.begin(), o->prompt.end());
+            for (auto& b : window) b &= 0xff;
+            if (window.empty()) window.push_back('\n');
+            const bool cut = window.size() > static_cast<std::size_t>(T);
+            if (cut) {
+              window.erase(window.begin(), window.end() - T);
+              if (!o->json)
+                fmt::print(stderr,
+                           "sample: the prompt is {} bytes, longer than the window T = {}: only "
+                           "its last {} bytes are read\n",
+                           o->prompt.size(), T, T);
             }
-            fmt::print("{}\n", out);
+            SampleOptions so = o->s;
+            so.cache = !o->no_cache;
+            const SampleResult r = generate(ck, window, so);
+            const double rate = static_cast<double>(r.generated.size()) / std::max(r.seconds, 1e-9);
+            const std::string how = so.cache ? "cache: prefill, then one step a byte"
+                                             : "no cache: the whole window recomputed every byte";
+            if (o->json) {
+              const nlohmann::json j = {
+                  {"text", o->prompt + r.generated},
+                  {"generated_bytes", r.generated.size()},
+                  {"seconds", r.seconds},
+                  {"bytes_per_s", rate},
+                  {"cpu_seconds", r.cpu_seconds},
+                  {"bytes_per_cpu_s",
+                   static_cast<double>(r.generated.size()) / std::max(r.cpu_seconds, 1e-9)},
+                  {"cache", so.cache},
+                  {"T", T},
+                  {"window_slides", r.slides},
+                  {"threads", omp_get_max_threads()},
+                  {"prompt_bytes", o->prompt.size()},
+                  {"prompt_bytes_read", window.size()},
+                  {"prompt_cut", cut}};
+              // bytes that are not UTF-8 become U+FFFD in JSON (the text output keeps them raw)
+              fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+            } else {
+              fmt::print("{}{}\n", o->prompt, r.generated);
+              std::fflush(stdout);
+              fmt::print(stderr,
+                         "sample: {} bytes in {:.3f} s, {:.0f} bytes/s ({}; {} window slides to "
+                         "the last {} of T = {} bytes)\n",
+                         r.generated.size(), r.seconds, rate, how, r.slides, window_keep(T), T);
+            }
             return kOk;
           }};
 }

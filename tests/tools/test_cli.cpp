@@ -304,6 +304,7 @@ TEST_CASE("bad input gets a clear message and exit code 2", "[cli][bad-input]") 
       {"train --resume " + (d / "mixed").string(), "holds a different model than config.json"},
       {"train --resume " + (d / "nowhere").string(), "not a run directory"},
       {"sample " + (d / "ok").string() + " --top-k 300", "--top-k must be in [0, 256]"},
+      {"sample " + (d / "ok").string() + " --threads -1", "--threads must be 0 (all cores)"},
       {"heatmap " + (d / "ok").string() + " --batch 0", "--batch must be positive"},
       {"plot " + (d / "nowhere").string(), "is '"},
       {"grad --heads 5 --d 32", "must divide d = 32"},
@@ -517,6 +518,43 @@ TEST_CASE("sweep: killed midway and rerun, it resumes and gives the uninterrupte
   const Result summary = toy("sweep --summary " + (d / "whole").string());
   CHECK(summary.code == 0);
   CHECK(read_text(d / "whole" / "summary.csv") == csv);
+}
+
+TEST_CASE("sample: the same greedy text with and without the decode cache, past window slides",
+          "[cli][sample]") {
+  const fs::path d = scratch("sample");
+  const std::string run = (d / "run").string();
+  REQUIRE(toy("train" + kTinyCpu + " --heads 4 --steps 20 --out " + run).code == 0);
+  auto sample = [&](const std::string& extra) {
+    const Result r = toy("sample " + run + " --temperature 0 --json" + extra);
+    INFO(r.out);
+    REQUIRE(r.code == 0);
+    return nlohmann::json::parse(r.out);
+  };
+  // T = 32: the window restarts from its last 16 bytes every 16 bytes once it is full
+  for (const std::string& prompt :
+       std::vector<std::string>{"ROMEO:", "", std::string(50, 'a') + " JULIET:"}) {
+    CAPTURE(prompt);
+    const std::string args = " --length 120 --prompt '" + prompt + "'";
+    const auto cached = sample(args), recomputed = sample(args + " --no-cache");
+    CHECK(cached.at("cache") == true);
+    CHECK(recomputed.at("cache") == false);
+    CHECK(cached.at("generated_bytes") == 120);
+    CHECK(cached.at("window_slides").get<int>() >= 5);
+    CHECK(cached.at("window_slides") == recomputed.at("window_slides"));
+    CHECK(cached.at("text") == recomputed.at("text"));
+    CHECK(cached.at("bytes_per_s").get<double>() > 0);
+    CHECK(cached.at("prompt_cut") == (prompt.size() > 32));
+    CHECK(cached.at("prompt_bytes_read") ==
+          (prompt.empty() ? 1 : std::min<int>(prompt.size(), 32)));
+  }
+  // in text mode: the text on stdout, the cut and the speed said on stderr
+  const Result r = toy("sample " + run + " -n 40 --prompt '" + std::string(40, 'b') + "'");
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Contains("the prompt is 40 bytes, longer than the window T = 32: only its "
+                             "last 32 bytes are read"));
+  CHECK_THAT(r.out, Contains("bytes/s (cache: prefill, then one step a byte; 3 window slides to "
+                             "the last 16 of T = 32 bytes)"));
 }
 
 /// Runs `train --device cuda` on kTiny: exit 4 means this machine has no GPU (or no CUDA build).

@@ -1,0 +1,193 @@
+/**
+ * @file decode.cpp
+ * @brief Decoding with a cache, CPU reference: model_forward's steps (1)–(5) for one position.
+ *
+ * decode_step follows model.cpp's forward_hidden line by line, with P = 1 row (the new position
+ * t). Two things differ, both in attention:
+ *   - RoPE rotates the single row by its own position t (rope_forward_at), not by row mod T;
+ *   - the row's k and v are written into the state at row t, and its q attends over rows 0 … t
+ *     of the state: the causal row t of attention_forward, scores = q_h · k_hᵀ / √hd, softmax,
+ *     times v_h.
+ * Everything else (embedding, routing at every site, RMSNorm, W_o, MLP, final read, LM head) is
+ * the same per-position function as in the batched forward, applied to one row; routing reads
+ * only this position's own sources, so nothing of it is kept between steps.
+ */
+#include "decode.h"
+
+#include <cmath>
+
+namespace mhar {
+
+long decode_state_scalars(const Config& cfg) {
+  return 2L * cfg.L * cfg.T * cfg.n_kv_head * cfg.head_dim();
+}
+
+template <typename T>
+DecodeState<T> decode_start(const Config& cfg) {
+  cfg.validate();
+  DecodeState<T> s;
+  const int kv = cfg.n_kv_head * cfg.head_dim();
+  s.k.assign(cfg.L, Mat<T>::Zero(cfg.T, kv));
+  s.v.assign(cfg.L, Mat<T>::Zero(cfg.T, kv));
+  return s;
+}
+
+template <typename T>
+Mat<T> decode_prefill(const Config& cfg, const Params<T>& p, DecodeState<T>& state,
+                      const std::vector<int>& tokens) {
+  const int n = static_cast<int>(tokens.size());
+  require(n >= 1 && n <= cfg.T, "decode_prefill", "the prompt must hold 1 … T = ", cfg.T,
+          " bytes, got ", n);
+  // The batched forward over the prompt as one sequence of n positions (positions 0 … n−1).
+  Config c = cfg;
+  c.T = n;
+  Cache<T> cache;
+  Mat<T> logits = model_logits<T>(c, p, tokens, 1, &cache);
+  state = decode_start<T>(cfg);
+  for (int l = 0; l < cfg.L; ++l) {
+    state.k[l].topRows(n) = cache.k[l];  // after RoPE
+    state.v[l].topRows(n) = cache.v[l];
+  }
+  state.n = n;
+  return logits;
+}
+
+namespace {
+
+bool stream_mode(Mode m) {
+  return m == Mode::Residual || m == Mode::Delta;
+}
+
+/// Site s's sources at this position, each the sum of its group's primitives (block, delta).
+template <typename T>
+std::vector<Mat<T>> gather_row_sources(const Config& cfg, int s, const std::vector<Mat<T>>& prims,
+                                       const Params<T>& p) {
+  std::vector<Mat<T>> sources;
+  for (const SourceGroup& g : site_groups(cfg, s)) {
+    Mat<T> m = Mat<T>::Zero(1, cfg.d);
+    for (int k : g.prims) m += (k == kNullSource ? p.delta_null : prims[k]);
+    sources.push_back(std::move(m));
+  }
+  return sources;
+}
+
+/// Row t of causal grouped-query attention: q (1 × n_head·hd) against rows 0 … t of the cache.
+template <typename T>
+Mat<T> attend_row(const Mat<T>& q, const Mat<T>& k, const Mat<T>& v, int t, int n_head,
+                  int n_kv_head) {
+  const int hd = static_cast<int>(q.cols()) / n_head;
+  const int G = n_head / n_kv_head;  // query heads per key/value head
+  const T scale = T(1) / std::sqrt(T(hd));
+  Mat<T> out(1, q.cols());
+  for (int h = 0; h < n_head; ++h) {
+    const int kv = h / G;
+    const auto qh = q.block(0, h * hd, 1, hd);
+    const auto kh = k.block(0, kv * hd, t + 1, hd);  // positions 0 … t
+    const auto vh = v.block(0, kv * hd, t + 1, hd);
+    // scores_s = q_h · k_h[s] / √hd for s ≤ t; softmax over s (max subtracted)
+    RowVec<T> a = (qh * kh.transpose()) * scale;
+    a = (a.array() - a.maxCoeff()).exp().matrix();
+    a /= a.sum();
+    // out_h = Σ_s a_s · v_h[s]
+    out.block(0, h * hd, 1, hd).noalias() = a * vh;
+  }
+  return out;
+}
+
+}  // namespace
+
+template <typename T>
+RowVec<T> decode_step(const Config& cfg, const Params<T>& p, DecodeState<T>& state, int token) {
+  const int t = state.n;  // this byte's position
+  require(t >= 0 && t < cfg.T, "decode_step", "the state already holds T = ", cfg.T,
+          " positions: the window is full (start again from the bytes to keep, decode_prefill)");
+  require(static_cast<int>(state.k.size()) == cfg.L && static_cast<int>(state.v.size()) == cfg.L &&
+              state.k[0].rows() == cfg.T,
+          "decode_step", "the state was made for another config (use decode_start(cfg))");
+  require(static_cast<int>(p.layers.size()) == cfg.L && p.embed.rows() == cfg.vocab &&
+              p.embed.cols() == cfg.d && p.route_q.rows() == (cfg.routed() ? cfg.n_sites() : 0),
+          "decode_step", "parameters do not match the config (", mode_name(cfg.mode),
+          ", L = ", cfg.L, ", d = ", cfg.d, ")");
+  const int n_sub = 2 * cfg.L, H = cfg.route_heads();
+
+  // This position's primitives [E, out_0 … out_{2L−1}], 1 × d each: the step's only scratch.
+  std::vector<Mat<T>> prims;
+  prims.reserve(n_sub + 1);
+  prims.emplace_back();
+  embedding_forward(prims[0], std::vector<int>{token}, p.embed);  // E[token]
+  Mat<T> h = prims[0];                                            // the stream (residual, delta)
+
+  // Routing site s over this position's own sources: no other position is read.
+  RoutingSaved<T> saved;
+  auto route_site = [&](int s) {
+    Mat<T> out;
+    if (cfg.mode == Mode::AttnRes || cfg.mode == Mode::Mhar)
+      routing_forward<T>(out, saved, std::span<const Mat<T>>(prims.data(), s + 1), p.route_q.row(s),
+                         p.route_g.row(s), H);  // [E, out_0 … out_{s−1}]
+    else {
+      const std::vector<Mat<T>> sources = gather_row_sources(cfg, s, prims, p);  // grouped
+      routing_forward<T>(out, saved, sources, p.route_q.row(s), p.route_g.row(s), H);
+    }
+    return out;
+  };
+
+  for (int j = 0; j < n_sub; ++j) {
+    const int l = j / 2;
+    const LayerParams<T>& y = p.layers[l];
+    // (1) input_j, formed by the mode
+    Mat<T> input;
+    switch (cfg.mode) {
+      case Mode::Residual:
+        input = h;
+        break;
+      case Mode::Delta:
+        input = h + p.delta_gate(0, j) * route_site(j);
+        break;
+      default:
+        input = route_site(j);
+        break;
+    }
+    // (2) normed_j = RMSNorm_j(input_j)
+    Mat<T> normed;
+    Vec<T> rinv;
+    rmsnorm_forward<T>(normed, rinv, input, (j % 2 == 0 ? y.attn_norm : y.mlp_norm).row(0));
+    // (3) out_j
+    Mat<T> out;
+    if (j % 2 == 0) {
+      // attention: this row's q, k (RoPE at position t) and v; k, v join the cache at row t
+      Mat<T> q, k, v, q_rot, k_rot;
+      linear_forward(q, normed, y.wq);
+      linear_forward(k, normed, y.wk);
+      linear_forward(v, normed, y.wv);
+      rope_forward_at(q_rot, q, t, cfg.n_head);
+      rope_forward_at(k_rot, k, t, cfg.n_kv_head);
+      state.k[l].row(t) = k_rot.row(0);
+      state.v[l].row(t) = v.row(0);
+      const Mat<T> attn = attend_row(q_rot, state.k[l], state.v[l], t, cfg.n_head, cfg.n_kv_head);
+      linear_forward(out, attn, y.wo);
+    } else {
+      MlpSaved<T> mlp;
+      mlp_forward(out, mlp, normed, y.w_gate, y.w_up, y.w_down);
+    }
+    if (stream_mode(cfg.mode)) h += out;  // h_{j+1} = h_j + out_j
+    prims.push_back(std::move(out));
+  }
+  // (4) the final read; (5) final norm and the tied LM head
+  const Mat<T> final_in = stream_mode(cfg.mode) ? h : route_site(n_sub);
+  Mat<T> final_normed;
+  Vec<T> final_rinv;
+  rmsnorm_forward<T>(final_normed, final_rinv, final_in, p.final_norm.row(0));
+  state.n = t + 1;
+  return final_normed * p.embed.transpose();
+}
+
+#define MHAR_INSTANTIATE(T)                                                           \
+  template DecodeState<T> decode_start<T>(const Config&);                             \
+  template Mat<T> decode_prefill<T>(const Config&, const Params<T>&, DecodeState<T>&, \
+                                    const std::vector<int>&);                         \
+  template RowVec<T> decode_step<T>(const Config&, const Params<T>&, DecodeState<T>&, int);
+MHAR_INSTANTIATE(float)
+MHAR_INSTANTIATE(double)
+#undef MHAR_INSTANTIATE
+
+}  // namespace mhar

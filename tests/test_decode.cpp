@@ -1,0 +1,185 @@
+/**
+ * @file test_decode.cpp
+ * @brief Decoding with a cache (reference/decode.h): in double, in every mode and at every
+ *        position, the step's logits equal the full forward's on that prefix; prefill then steps
+ *        equals steps alone; the cache is really read; bad input.
+ */
+#include <catch2/catch.hpp>
+#include <cstdio>
+
+#include "decode.h"
+
+using namespace mhar;
+using Catch::Matchers::Contains;
+
+namespace {
+
+/// Grouped-query attention (4 query heads over 2 key/value heads), hd = 4, T = 12.
+Config small(Mode mode, int H = 0, int L = 2, int n_blocks = 2) {
+  Config c;
+  c.d = 16;
+  c.L = L;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.ffn = 20;
+  c.T = 12;
+  c.mode = mode;
+  c.H = H;
+  c.n_blocks = n_blocks;
+  return c;
+}
+
+/// Parameters away from their initial values: random pseudo-queries (not 0), key gains, null
+/// source and open gates a_j ~ N(1, 0.3²), so every routing path changes the logits.
+Params<double> perturbed(const Config& c, Rng& rng) {
+  Params<double> p = init_params<double>(c, rng);
+  p.for_each([&](const std::string& name, Mat<double>& m, bool decay) {
+    if (decay)
+      m = rng.normal_matrix<double>(m.rows(), m.cols(), 0.0, 0.3);
+    else if (name == "route.q")
+      m = rng.normal_matrix<double>(m.rows(), m.cols(), 0.0, 1.0);
+    else
+      m = rng.normal_matrix<double>(m.rows(), m.cols(), 1.0, 0.3);  // gains, g, ν, gates
+  });
+  return p;
+}
+
+std::vector<int> random_bytes(Rng& rng, int n) {
+  std::vector<int> x(n);
+  for (auto& t : x) t = static_cast<int>(rng.below(256));
+  return x;
+}
+
+/// The full forward's logits for the byte after tokens[0 … t]: model_logits on that prefix.
+RowVec<double> full_logits(const Config& cfg, const Params<double>& p,
+                           const std::vector<int>& tokens, int t) {
+  Config c = cfg;
+  c.T = t + 1;
+  const std::vector<int> prefix(tokens.begin(), tokens.begin() + t + 1);
+  const Mat<double> logits = model_logits<double>(c, p, prefix, 1);
+  return logits.row(t);
+}
+
+struct Case {
+  const char* name;
+  Config cfg;
+};
+
+std::vector<Case> all_cases() {
+  const int d = small(Mode::Mhar).d;
+  return {
+      {"residual", small(Mode::Residual)},
+      {"attnres", small(Mode::AttnRes)},
+      {"mhar H=1", small(Mode::Mhar, 1)},
+      {"mhar H=2", small(Mode::Mhar, 2)},
+      {"mhar H=d", small(Mode::Mhar, d)},
+      {"block L=3/2", small(Mode::Block, 2, 3, 2)},  // blocks of 2 and 1 layers: uneven last
+      {"delta L=3/2", small(Mode::Delta, 2, 3, 2)},  // open gates a_j ≈ 1
+  };
+}
+
+}  // namespace
+
+TEST_CASE("decode step equals the full forward on every prefix, every mode (double)", "[decode]") {
+  for (const Case& k : all_cases()) {
+    const Config& cfg = k.cfg;
+    Rng rng(900 + static_cast<int>(cfg.mode) * 13 + cfg.H);
+    const Params<double> p = perturbed(cfg, rng);
+    const std::vector<int> tokens = random_bytes(rng, cfg.T);
+    DecodeState<double> state = decode_start<double>(cfg);
+    double worst = 0, worst_prev = 1e300;
+    for (int t = 0; t < cfg.T; ++t) {
+      const RowVec<double> step = decode_step(cfg, p, state, tokens[t]);
+      const RowVec<double> full = full_logits(cfg, p, tokens, t);
+      worst = std::max(worst, (step - full).cwiseAbs().maxCoeff());
+      // the comparison discriminates: the previous prefix's logits are far from this step's
+      if (t > 0)
+        worst_prev =
+            std::min(worst_prev, (step - full_logits(cfg, p, tokens, t - 1)).cwiseAbs().maxCoeff());
+    }
+    std::printf("decode equality: %-12s worst |step - full| over %d positions = %.3e\n", k.name,
+                cfg.T, worst);
+    CAPTURE(k.name, worst, worst_prev);
+    CHECK(state.n == cfg.T);
+    CHECK(worst <= 1e-12);
+    CHECK(worst_prev > 1e-3);
+  }
+}
+
+TEST_CASE("prefill followed by steps equals steps alone", "[decode]") {
+  for (const Case& k : all_cases()) {
+    const Config& cfg = k.cfg;
+    Rng rng(950 + static_cast<int>(cfg.mode) * 7 + cfg.H);
+    const Params<double> p = perturbed(cfg, rng);
+    const std::vector<int> tokens = random_bytes(rng, cfg.T);
+    DecodeState<double> alone = decode_start<double>(cfg);
+    std::vector<RowVec<double>> alone_logits;
+    for (int t = 0; t < cfg.T; ++t) alone_logits.push_back(decode_step(cfg, p, alone, tokens[t]));
+    for (int m : {1, 5, cfg.T - 1}) {
+      CAPTURE(k.name, m);
+      DecodeState<double> s = decode_start<double>(cfg);
+      const Mat<double> pre = decode_prefill(cfg, p, s, {tokens.begin(), tokens.begin() + m});
+      REQUIRE(pre.rows() == m);
+      REQUIRE(s.n == m);
+      double worst = 0;
+      for (int t = 0; t < m; ++t)
+        worst = std::max(worst, (pre.row(t) - alone_logits[t]).cwiseAbs().maxCoeff());
+      for (int t = m; t < cfg.T; ++t)
+        worst = std::max(
+            worst, (decode_step(cfg, p, s, tokens[t]) - alone_logits[t]).cwiseAbs().maxCoeff());
+      double worst_kv = 0;
+      for (int l = 0; l < cfg.L; ++l)
+        worst_kv = std::max({worst_kv, (s.k[l] - alone.k[l]).cwiseAbs().maxCoeff(),
+                             (s.v[l] - alone.v[l]).cwiseAbs().maxCoeff()});
+      CHECK(worst <= 1e-12);
+      CHECK(worst_kv <= 1e-12);
+    }
+  }
+}
+
+TEST_CASE("a step reads the cached keys and values of earlier positions", "[decode]") {
+  const Config cfg = small(Mode::Mhar, 2);
+  Rng rng(977);
+  const Params<double> p = perturbed(cfg, rng);
+  const std::vector<int> tokens = random_bytes(rng, 6);
+  DecodeState<double> a = decode_start<double>(cfg);
+  decode_prefill(cfg, p, a, {tokens.begin(), tokens.begin() + 5});
+  DecodeState<double> b = a;
+  b.v[1].row(2).setZero();  // forget one earlier position's values in the last layer
+  const RowVec<double> la = decode_step(cfg, p, a, tokens[5]);
+  const RowVec<double> lb = decode_step(cfg, p, b, tokens[5]);
+  CHECK((la - lb).cwiseAbs().maxCoeff() > 1e-6);
+}
+
+TEST_CASE("the decode state's size is 2·L·T·n_kv_head·hd in every mode", "[decode]") {
+  Config c;  // the default model: L 4, T 128, 2 key/value heads of width 32
+  CHECK(decode_state_scalars(c) == 65536);
+  for (Mode m : {Mode::Residual, Mode::AttnRes, Mode::Mhar, Mode::Block, Mode::Delta}) {
+    c.mode = m;
+    const DecodeState<float> s = decode_start<float>(c);
+    long n = 0;
+    for (int l = 0; l < c.L; ++l) n += s.k[l].size() + s.v[l].size();
+    CHECK(n == decode_state_scalars(c));
+  }
+  Config paper;  // the paper's 100M shape
+  paper.L = 12;
+  paper.d = 512;
+  paper.n_head = 8;
+  paper.n_kv_head = 4;
+  paper.T = 2048;
+  CHECK(decode_state_scalars(paper) == 12582912L);
+}
+
+TEST_CASE("decode: bad input gets a clear error", "[decode][bad-input]") {
+  const Config cfg = small(Mode::Block, 2, 3, 2);
+  Rng rng(991);
+  const Params<double> p = perturbed(cfg, rng);
+  DecodeState<double> s = decode_start<double>(cfg);
+  CHECK_THROWS_WITH(decode_prefill(cfg, p, s, {}), Contains("1 … T = 12"));
+  CHECK_THROWS_WITH(decode_prefill(cfg, p, s, std::vector<int>(13, 65)), Contains("got 13"));
+  CHECK_THROWS_WITH(decode_step(cfg, p, s, 256), Contains("outside the vocabulary"));
+  decode_prefill(cfg, p, s, std::vector<int>(12, 65));
+  CHECK_THROWS_WITH(decode_step(cfg, p, s, 65), Contains("the window is full"));
+  DecodeState<double> other = decode_start<double>(small(Mode::Block, 2, 2, 2));
+  CHECK_THROWS_WITH(decode_step(cfg, p, other, 65), Contains("another config"));
+}
