@@ -31,6 +31,18 @@ struct RoutingSaved {
   std::vector<Vec<T>> rinv;   ///< N × (P): r_i = 1 / RMS(S_i) over the full width d
 };
 
+/// Throws ShapeError unless sources, q, g and H make a routing site (what the forward checks).
+template <typename T>
+void check_routing_args(std::span<const Mat<T>> sources, const Eigen::Ref<const RowVec<T>>& q,
+                        const Eigen::Ref<const RowVec<T>>& g, int H);
+
+/// Throws ShapeError unless the backward's arguments match the sources and the saved forward.
+template <typename T>
+void check_routing_backward_args(std::span<Mat<T>> dsources, const Mat<T>& dout, const Mat<T>& out,
+                                 const RoutingSaved<T>& saved, std::span<const Mat<T>> sources,
+                                 const Eigen::Ref<const RowVec<T>>& q,
+                                 const Eigen::Ref<const RowVec<T>>& g, int H);
+
 /**
  * @brief Routing forward at one site.
  *
