@@ -31,37 +31,66 @@ constexpr int kLanes = 8;
 template <typename T>
 using Lanes = Eigen::Matrix<T, kLanes, 1>;
 
-/// Σ_{c<n} x[c] · y[c] over contiguous values, as kLanes partial sums added at the end. A
-/// plain running sum does not vectorise without -ffast-math (it fixes the order of additions);
-/// this does, and its order is still fixed by n alone, never by timing.
+// The sums below run as kLanes partial sums added at the end. A plain running sum does not
+// vectorise without -ffast-math (it fixes the order of additions); these do, and their order is
+// still fixed by the shapes alone, never by timing. One call does all heads of one row.
+
+/// Σ_{c<d} x[c] · y[c] (d = H · K), for D = ⟨dout, out⟩ per head: xy[h].
 template <typename T>
-T dot(const T* x, const T* y, Eigen::Index n) {
-  Lanes<T> a = Lanes<T>::Zero();
-  Eigen::Index c = 0;
-  for (; c + kLanes <= n; c += kLanes)
-    a += Eigen::Map<const Lanes<T>>(x + c).cwiseProduct(Eigen::Map<const Lanes<T>>(y + c));
-  T tail = 0;
-  for (; c < n; ++c) tail += x[c] * y[c];
-  return a.sum() + tail;
+void head_dots(const T* x, const T* y, Eigen::Index K, int H, T* xy) {
+  for (int h = 0; h < H; ++h) {
+    Lanes<T> a = Lanes<T>::Zero();
+    T tail = 0;
+    Eigen::Index c = h * K;
+    for (; c + kLanes <= (h + 1) * K; c += kLanes)
+      a += Eigen::Map<const Lanes<T>>(x + c).cwiseProduct(Eigen::Map<const Lanes<T>>(y + c));
+    for (; c < (h + 1) * K; ++c) tail += x[c] * y[c];
+    xy[h] = a.sum() + tail;
+  }
 }
 
-/// xy = Σ_{c<n} x[c] · y[c] and xw = Σ_{c<n} x[c] · w[c], in one read of x (as dot above).
+/// In one read of the row S: returns Σ_c S[c]², and sets Sw[h] = Σ_{c∈h} S[c] · w[c].
 template <typename T>
-void dot2(const T* x, const T* y, const T* w, Eigen::Index n, T& xy, T& xw) {
-  Lanes<T> a = Lanes<T>::Zero(), b = Lanes<T>::Zero();
-  Eigen::Index c = 0;
-  for (; c + kLanes <= n; c += kLanes) {
-    const Eigen::Map<const Lanes<T>> xc(x + c);
-    a += xc.cwiseProduct(Eigen::Map<const Lanes<T>>(y + c));
-    b += xc.cwiseProduct(Eigen::Map<const Lanes<T>>(w + c));
+T sumsq_and_head_dots(const T* S, const T* w, Eigen::Index K, int H, T* Sw) {
+  Lanes<T> ss = Lanes<T>::Zero();
+  T ss_tail = 0;
+  for (int h = 0; h < H; ++h) {
+    Lanes<T> a = Lanes<T>::Zero();
+    T tail = 0;
+    Eigen::Index c = h * K;
+    for (; c + kLanes <= (h + 1) * K; c += kLanes) {
+      const Eigen::Map<const Lanes<T>> x(S + c);
+      ss += x.cwiseProduct(x);
+      a += x.cwiseProduct(Eigen::Map<const Lanes<T>>(w + c));
+    }
+    for (; c < (h + 1) * K; ++c) {
+      ss_tail += S[c] * S[c];
+      tail += S[c] * w[c];
+    }
+    Sw[h] = a.sum() + tail;
   }
-  T ta = 0, tb = 0;
-  for (; c < n; ++c) {
-    ta += x[c] * y[c];
-    tb += x[c] * w[c];
+  return ss.sum() + ss_tail;
+}
+
+/// In one read of the row S: Sy[h] = Σ_{c∈h} S[c] · y[c] and Sw[h] = Σ_{c∈h} S[c] · w[c].
+template <typename T>
+void head_dots2(const T* S, const T* y, const T* w, Eigen::Index K, int H, T* Sy, T* Sw) {
+  for (int h = 0; h < H; ++h) {
+    Lanes<T> a = Lanes<T>::Zero(), b = Lanes<T>::Zero();
+    T ta = 0, tb = 0;
+    Eigen::Index c = h * K;
+    for (; c + kLanes <= (h + 1) * K; c += kLanes) {
+      const Eigen::Map<const Lanes<T>> x(S + c);
+      a += x.cwiseProduct(Eigen::Map<const Lanes<T>>(y + c));
+      b += x.cwiseProduct(Eigen::Map<const Lanes<T>>(w + c));
+    }
+    for (; c < (h + 1) * K; ++c) {
+      ta += S[c] * y[c];
+      tb += S[c] * w[c];
+    }
+    Sy[h] = a.sum() + ta;
+    Sw[h] = b.sum() + tb;
   }
-  xy = a.sum() + ta;
-  xw = b.sum() + tb;
 }
 
 }  // namespace
@@ -87,16 +116,18 @@ void routing_forward_fast(Mat<T>& out, RoutingSaved<T>& saved, std::span<const M
 #pragma omp parallel for schedule(static) if (worth_threads(N, P, d))
   for (Eigen::Index b = 0; b < blocks; ++b) {
     Mat<T> w(H, N);  // z_i[h], then α_i[h], of one position: H × N (a head's N values in a row)
+    Vec<T> kp(H);
     const Eigen::Index p_end = std::min(P, (b + 1) * kRoutingBlock);
     for (Eigen::Index p = b * kRoutingBlock; p < p_end; ++p) {
       // The one read of each source row from memory: steps (1) and (2).
       for (std::size_t i = 0; i < N; ++i) {
-        const T* S = sources[i].row(p).data();
+        // kp[h] = Σ_{c∈h} S_i[c] · (q ⊙ g)_c, and Σ_c S_i[c]², in one read of the row
+        const T ss = sumsq_and_head_dots(sources[i].row(p).data(), qg.data(), K, H, kp.data());
         // (1) r_i = 1 / sqrt( mean_c S_i² + eps )
-        const T r = T(1) / std::sqrt(dot(S, S, d) / T(d) + T(kRoutingEps));
+        const T r = T(1) / std::sqrt(ss / T(d) + T(kRoutingEps));
         saved.rinv[i](p) = r;
         // (2) z_i[h] = r_i · Σ_{c∈h} S_i[c] · (q ⊙ g)_c
-        for (int h = 0; h < H; ++h) w(h, i) = r * dot(S + h * K, qg.data() + h * K, K);
+        w.col(i) = r * kp;
       }
       // (3) α_i[h] = exp(z_i[h] − m[h]) / Σ_j exp(z_j[h] − m[h]),  m[h] = max_j z_j[h]
       for (int h = 0; h < H; ++h) {
@@ -105,16 +136,23 @@ void routing_forward_fast(Mat<T>& out, RoutingSaved<T>& saved, std::span<const M
         zh /= zh.sum();
       }
       // (4) out[p, c] = Σ_i α_i[h(c)] · S_i[p, c]   (the rows are still in cache)
+      // In tiles of kLanes columns of one head, summed over i in registers, stored once.
       T* o = out.row(p).data();
-      std::fill(o, o + d, T(0));
-      for (std::size_t i = 0; i < N; ++i) {
-        const T* S = sources[i].row(p).data();
-        for (int h = 0; h < H; ++h) {
-          const T a = w(h, i);
-          for (Eigen::Index c = h * K; c < (h + 1) * K; ++c) o[c] += a * S[c];
+      for (int h = 0; h < H; ++h) {
+        Eigen::Index c = h * K;
+        for (; c + kLanes <= (h + 1) * K; c += kLanes) {
+          Lanes<T> acc = Lanes<T>::Zero();
+          for (std::size_t i = 0; i < N; ++i)
+            acc += w(h, i) * Eigen::Map<const Lanes<T>>(sources[i].row(p).data() + c);
+          Eigen::Map<Lanes<T>>(o + c) = acc;
         }
-        saved.alpha[i].row(p) = w.col(i).transpose();
+        for (; c < (h + 1) * K; ++c) {
+          T acc = 0;
+          for (std::size_t i = 0; i < N; ++i) acc += w(h, i) * sources[i](p, c);
+          o[c] = acc;
+        }
       }
+      for (std::size_t i = 0; i < N; ++i) saved.alpha[i].row(p) = w.col(i).transpose();
     }
   }
 }
@@ -139,7 +177,7 @@ void routing_backward_fast(std::span<Mat<T>> dsources, Eigen::Ref<RowVec<T>> dq,
 
 #pragma omp parallel for schedule(static) if (worth_threads(N, P, d))
   for (Eigen::Index b = 0; b < blocks; ++b) {
-    RowVec<T> D(H), dzr(H);
+    RowVec<T> D(H), dzr(H), a(H), kp(H);
     auto acc = partial.row(b);
     acc.setZero();
     const Eigen::Index p_end = std::min(P, (b + 1) * kRoutingBlock);
@@ -147,7 +185,7 @@ void routing_backward_fast(std::span<Mat<T>> dsources, Eigen::Ref<RowVec<T>> dq,
       const T* dO = dout.row(p).data();
       const T* O = out.row(p).data();
       // D[h] = Σ_{c∈h} dout ⊙ out   (= Σ_j α_j[h] · a_j[h])
-      for (int h = 0; h < H; ++h) D(h) = dot(dO + h * K, O + h * K, K);
+      head_dots(dO, O, K, H, D.data());
       for (std::size_t i = 0; i < N; ++i) {
         const T* S = sources[i].row(p).data();
         const auto alpha = saved.alpha[i].row(p);
@@ -155,13 +193,12 @@ void routing_backward_fast(std::span<Mat<T>> dsources, Eigen::Ref<RowVec<T>> dq,
         // First read of S_i's row. Per head:
         //   from (4): a_i[h] = Σ_{c∈h} dout ⊙ S_i;  from (3): dz_i = α_i ⊙ (a_i − D)
         //   from (2), (1): Σ_c u_i S_i = Σ_h dz_i[h] · kp_i[h],  kp_i[h] = Σ_{c∈h} q_c g_c S_i[c]
+        head_dots2(S, dO, qg.data(), K, H, a.data(), kp.data());
         T uS = 0;
         for (int h = 0; h < H; ++h) {
-          T a, kp;
-          dot2(S + h * K, dO + h * K, qg.data() + h * K, K, a, kp);
-          const T dz = alpha(h) * (a - D(h));
+          const T dz = alpha(h) * (a(h) - D(h));
           dzr(h) = r * dz;
-          uS += dz * kp;
+          uS += dz * kp(h);
         }
         // from (1): the RMS path's coefficient (r_i³ / d) · Σ_c u_i S_i
         const T coef = r * r * r * uS / T(d);
