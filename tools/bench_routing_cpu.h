@@ -1,5 +1,6 @@
 /**
  * @file bench_routing_cpu.h
+ * @ingroup tools
  * @brief `mhar-toy bench routing --device cpu`: the CPU routing versions (reference/routing.h,
  *        reference/routing_fast.h) as bytes moved ÷ time, next to a copy loop timed in the same
  *        run on the same number of threads (DESIGN.md §4).
