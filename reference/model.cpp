@@ -19,6 +19,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "routing_fast.h"  // the routing sites run version 2 (same math as routing.h)
+
 namespace mhar {
 
 // ---- Modes and configuration ------------------------------------------------------------------
@@ -300,12 +302,13 @@ void forward_hidden(const Config& cfg, const Params<T>& p, const std::vector<int
   auto route_site = [&](int s) -> const Mat<T>& {
     if (cfg.mode == Mode::AttnRes || cfg.mode == Mode::Mhar) {
       // route over [E, out_0 … out_{s−1}]: the first s + 1 primitives, no copy
-      routing_forward<T>(c.site_out[s], c.route[s], std::span<const Mat<T>>(c.prims.data(), s + 1),
-                         p.route_q.row(s), p.route_g.row(s), H);
+      routing_forward_fast<T>(c.site_out[s], c.route[s],
+                              std::span<const Mat<T>>(c.prims.data(), s + 1), p.route_q.row(s),
+                              p.route_g.row(s), H);
     } else {
       c.site_sources[s] = gather_sources(site_groups(cfg, s), c.prims, p);
-      routing_forward<T>(c.site_out[s], c.route[s], c.site_sources[s], p.route_q.row(s),
-                         p.route_g.row(s), H);
+      routing_forward_fast<T>(c.site_out[s], c.route[s], c.site_sources[s], p.route_q.row(s),
+                              p.route_g.row(s), H);
     }
     return c.site_out[s];
   };
@@ -407,15 +410,16 @@ void model_backward(Params<T>& grads, const Config& cfg, const Params<T>& p, con
   // The backward of one routing site s, given ∂loss/∂(its output).
   auto route_site_backward = [&](int s, const Mat<T>& dsite) {
     if (cfg.mode == Mode::AttnRes || cfg.mode == Mode::Mhar) {
-      routing_backward<T>(std::span<Mat<T>>(dprims.data(), s + 1), grads.route_q.row(s),
-                          grads.route_g.row(s), dsite, c.site_out[s], c.route[s],
-                          std::span<const Mat<T>>(c.prims.data(), s + 1), p.route_q.row(s),
-                          p.route_g.row(s), H);
+      routing_backward_fast<T>(std::span<Mat<T>>(dprims.data(), s + 1), grads.route_q.row(s),
+                               grads.route_g.row(s), dsite, c.site_out[s], c.route[s],
+                               std::span<const Mat<T>>(c.prims.data(), s + 1), p.route_q.row(s),
+                               p.route_g.row(s), H);
     } else {
       const auto groups = site_groups(cfg, s);
       std::vector<Mat<T>> dsrc(groups.size(), Mat<T>::Zero(P, cfg.d));
-      routing_backward<T>(dsrc, grads.route_q.row(s), grads.route_g.row(s), dsite, c.site_out[s],
-                          c.route[s], c.site_sources[s], p.route_q.row(s), p.route_g.row(s), H);
+      routing_backward_fast<T>(dsrc, grads.route_q.row(s), grads.route_g.row(s), dsite,
+                               c.site_out[s], c.route[s], c.site_sources[s], p.route_q.row(s),
+                               p.route_g.row(s), H);
       scatter_source_grads(dprims, grads, groups, dsrc);
     }
   };

@@ -21,8 +21,6 @@
 
 namespace mhar {
 
-namespace {
-
 template <typename T>
 void check_routing_args(std::span<const Mat<T>> sources, const Eigen::Ref<const RowVec<T>>& q,
                         const Eigen::Ref<const RowVec<T>>& g, int H) {
@@ -37,6 +35,30 @@ void check_routing_args(std::span<const Mat<T>> sources, const Eigen::Ref<const 
   require(H >= 1 && d % H == 0, "routing", "H = ", H, " must divide d = ", d,
           " (allowed: a divisor of d)");
 }
+
+template <typename T>
+void check_routing_backward_args(std::span<Mat<T>> dsources, const Mat<T>& dout, const Mat<T>& out,
+                                 const RoutingSaved<T>& saved, std::span<const Mat<T>> sources,
+                                 const Eigen::Ref<const RowVec<T>>& q,
+                                 const Eigen::Ref<const RowVec<T>>& g, int H) {
+  check_routing_args(sources, q, g, H);
+  const auto N = sources.size();
+  const auto P = sources[0].rows(), d = sources[0].cols();
+  require(dsources.size() == N, "routing_backward", "dsources has ", dsources.size(),
+          " entries, sources has ", N);
+  require_shape(dout, P, d, "routing_backward", "dout");
+  require_shape(out, P, d, "routing_backward", "out");
+  require(saved.alpha.size() == N && saved.rinv.size() == N, "routing_backward",
+          "saved state is from a forward over ", saved.alpha.size(), " sources, not ", N);
+  for (std::size_t i = 0; i < N; ++i) {
+    require_shape(dsources[i], P, d, "routing_backward", "dsources[i]");
+    require_shape(saved.alpha[i], P, H, "routing_backward", "saved.alpha[i]");
+    require(saved.rinv[i].size() == P, "routing_backward", "saved.rinv[i] has ",
+            saved.rinv[i].size(), " entries, not P = ", P);
+  }
+}
+
+namespace {
 
 /// The P × d matrix X as (P·H) × K: row p·H + h is head h of position p.
 template <typename T>
@@ -105,18 +127,10 @@ void routing_backward(std::span<Mat<T>> dsources, Eigen::Ref<RowVec<T>> dq,
                       const RoutingSaved<T>& saved, std::span<const Mat<T>> sources,
                       const Eigen::Ref<const RowVec<T>>& q, const Eigen::Ref<const RowVec<T>>& g,
                       int H) {
-  check_routing_args(sources, q, g, H);
+  check_routing_backward_args(dsources, dout, out, saved, sources, q, g, H);
   const auto N = sources.size();
   const auto P = sources[0].rows();
   const int d = static_cast<int>(sources[0].cols());
-  require(dsources.size() == N, "routing_backward", "dsources has ", dsources.size(),
-          " entries, sources has ", N);
-  require_shape(dout, P, d, "routing_backward", "dout");
-  require_shape(out, P, d, "routing_backward", "out");
-  require(saved.alpha.size() == N && saved.rinv.size() == N, "routing_backward",
-          "saved state is from a forward over ", saved.alpha.size(), " sources, not ", N);
-  for (std::size_t i = 0; i < N; ++i)
-    require_shape(dsources[i], P, d, "routing_backward", "dsources[i]");
   const RowVec<T> qg = q.cwiseProduct(g);
   const Mat<T> QG = qg.replicate(P, 1);  // q ⊙ g on every row, P × d
 
@@ -155,13 +169,19 @@ void routing_backward(std::span<Mat<T>> dsources, Eigen::Ref<RowVec<T>> dq,
   }
 }
 
-#define MHAR_INSTANTIATE(T)                                                            \
-  template void routing_forward<T>(Mat<T>&, RoutingSaved<T>&, std::span<const Mat<T>>, \
-                                   const Eigen::Ref<const RowVec<T>>&,                 \
-                                   const Eigen::Ref<const RowVec<T>>&, int);           \
-  template void routing_backward<T>(                                                   \
-      std::span<Mat<T>>, Eigen::Ref<RowVec<T>>, Eigen::Ref<RowVec<T>>, const Mat<T>&,  \
-      const Mat<T>&, const RoutingSaved<T>&, std::span<const Mat<T>>,                  \
+#define MHAR_INSTANTIATE(T)                                                                        \
+  template void check_routing_args<T>(std::span<const Mat<T>>, const Eigen::Ref<const RowVec<T>>&, \
+                                      const Eigen::Ref<const RowVec<T>>&, int);                    \
+  template void check_routing_backward_args<T>(std::span<Mat<T>>, const Mat<T>&, const Mat<T>&,    \
+                                               const RoutingSaved<T>&, std::span<const Mat<T>>,    \
+                                               const Eigen::Ref<const RowVec<T>>&,                 \
+                                               const Eigen::Ref<const RowVec<T>>&, int);           \
+  template void routing_forward<T>(Mat<T>&, RoutingSaved<T>&, std::span<const Mat<T>>,             \
+                                   const Eigen::Ref<const RowVec<T>>&,                             \
+                                   const Eigen::Ref<const RowVec<T>>&, int);                       \
+  template void routing_backward<T>(                                                               \
+      std::span<Mat<T>>, Eigen::Ref<RowVec<T>>, Eigen::Ref<RowVec<T>>, const Mat<T>&,              \
+      const Mat<T>&, const RoutingSaved<T>&, std::span<const Mat<T>>,                              \
       const Eigen::Ref<const RowVec<T>>&, const Eigen::Ref<const RowVec<T>>&, int);
 MHAR_INSTANTIATE(float)
 MHAR_INSTANTIATE(double)

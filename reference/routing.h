@@ -10,7 +10,9 @@
  *
  * Plain Eigen, vectorised over positions: a loop over sources i and heads h, and for each an
  * Eigen line over all P positions and the head's K columns, under the formula it computes.
- * The CUDA twin is cuda/routing.cu (same names, same argument order).
+ * The CUDA twin is cuda/routing.cu (same names, same argument order). routing_fast.h is CPU
+ * version 2: the same math in a loop order that reads each source once, on all threads; the
+ * model runs that one, and the tests hold it to this one.
  */
 #pragma once
 
@@ -30,6 +32,18 @@ struct RoutingSaved {
   std::vector<Mat<T>> alpha;  ///< N × (P × H): routing weights α_i[h], softmax over i
   std::vector<Vec<T>> rinv;   ///< N × (P): r_i = 1 / RMS(S_i) over the full width d
 };
+
+/// Throws ShapeError unless sources, q, g and H make a routing site (what the forward checks).
+template <typename T>
+void check_routing_args(std::span<const Mat<T>> sources, const Eigen::Ref<const RowVec<T>>& q,
+                        const Eigen::Ref<const RowVec<T>>& g, int H);
+
+/// Throws ShapeError unless the backward's arguments match the sources and the saved forward.
+template <typename T>
+void check_routing_backward_args(std::span<Mat<T>> dsources, const Mat<T>& dout, const Mat<T>& out,
+                                 const RoutingSaved<T>& saved, std::span<const Mat<T>> sources,
+                                 const Eigen::Ref<const RowVec<T>>& q,
+                                 const Eigen::Ref<const RowVec<T>>& g, int H);
 
 /**
  * @brief Routing forward at one site.

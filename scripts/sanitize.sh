@@ -17,7 +17,8 @@ export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
 (cd build-asan && ctest --output-on-failure --parallel "$(nproc)" -R '^reference:')
 
 # Every mhar-toy subcommand once, on a model small enough to take seconds under ASan: train,
-# resume, sample, eval, heatmap, stream, grad, convert, plot, bench (check says it needs a GPU).
+# resume, sample, eval, heatmap, stream, grad, convert, plot, bench step and routing (check says
+# it needs a GPU).
 toy=build-asan/tools/mhar-toy
 smoke=$(mktemp -d)
 trap 'rm -rf "$smoke"' EXIT
@@ -36,6 +37,8 @@ $toy train "${tiny[@]}" --mode residual --steps 2 --eval-every 2 --eval-batches 
 $toy convert "$smoke/res" -o "$smoke/delta" --steps 2 >/dev/null
 $toy plot "$smoke/run" "$smoke/res" -o "$smoke/loss" >/dev/null
 $toy bench step "${tiny[@]}" --device cpu --repeats 1 >/dev/null
+$toy bench routing --device cpu -N 3 -P 40 --width 16 --route-heads 4 --repeats 1 --threads 2 \
+  >/dev/null
 rc=0
 $toy check >/dev/null 2>&1 || rc=$?
 [[ $rc -eq 4 ]] || { echo "sanitize: mhar-toy check without CUDA exited $rc, not 4" >&2; exit 1; }

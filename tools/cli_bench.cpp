@@ -1,7 +1,8 @@
 /**
  * @file cli_bench.cpp
  * @brief `mhar-toy check` (CUDA kernels against the reference) and `mhar-toy bench`
- *        (`step`: CPU training-step time per mode; `routing`: the CUDA kernels' bandwidth).
+ *        (`step`: CPU training-step time per mode; `routing`: the CUDA kernels' bandwidth, or with
+ *        `--device cpu` the CPU routing versions', against a copy loop).
  *
  * Benchmarks report ratios measured in one run; they are never asserted in tests.
  */
@@ -13,6 +14,7 @@
 #include <map>
 #include <memory>
 
+#include "bench_routing_cpu.h"
 #include "cli_common.h"
 #include "errors.h"
 #include "optim.h"
@@ -283,6 +285,45 @@ Config paper_100m() {
 constexpr int kPaperBatch = 32;
 #endif
 
+/// `bench routing --device cpu`: both CPU versions at the given shape or at the final routing
+/// site of the two CPU step shapes of docs/benchmarks.md (N = 2L + 1 sources): the default
+/// model at batch 16, and the paper's 100M model (d 512, L 12) at batch 4 (P = 4 · 128).
+void bench_routing_cpu_table(int N, int P, int d, int H, int repeats, int threads) {
+  struct Shape {
+    std::string name;
+    int N, P, d, H;
+  };
+  std::vector<Shape> shapes;
+  if (N > 0 || P > 0 || d > 0 || H > 0) {
+    if (N < 1 || P < 1 || d < 1 || H < 1)
+      throw UsageError("give all of --sources, --positions, --width, --route-heads");
+    if (d % H != 0) throw UsageError("--route-heads must divide --width");
+    shapes.push_back({"given", N, P, d, H});
+  } else {
+    const Config tiny;
+    shapes.push_back({"default", 2 * tiny.L + 1, 16 * tiny.T, tiny.d, 4});
+    shapes.push_back({"paper 100M", 2 * 12 + 1, 4 * tiny.T, 512, 4});
+  }
+#ifdef _OPENMP
+  const int all = threads > 0 ? threads : omp_get_num_procs();
+#else
+  const int all = 1;
+#endif
+  std::vector<int> counts = {1};
+  if (all > 1) counts.push_back(all);
+  for (const Shape& sh : shapes) {
+    fmt::print(
+        "CPU routing, {} shape: N={} P={} d={} H={}, float, fastest of {} (bytes: "
+        "docs/kernels.md)\n",
+        sh.name, sh.N, sh.P, sh.d, sh.H, repeats);
+    fmt::print("{:<10} {:<8} {:>7} {:>10} {:>10} {:>8} {:>8}\n", "op", "version", "threads", "ms",
+               "MB", "GB/s", "% copy");
+    for (const auto& r : bench_routing_cpu(sh.N, sh.P, sh.d, sh.H, repeats, counts))
+      fmt::print("{:<10} {:<8} {:>7} {:>10.3f} {:>10.2f} {:>8.2f} {:>7.1f}%\n", r.op, r.version,
+                 r.threads, r.ms, r.bytes / 1e6, r.gbps, r.pct_copy);
+  }
+}
+
 }  // namespace
 
 Subcommand register_bench(CLI::App& app) {
@@ -300,13 +341,17 @@ Subcommand register_bench(CLI::App& app) {
   auto* cmd =
       app.add_subcommand("bench",
                          "Measure speed: `bench step` (a training step per mode, CPU or GPU) or "
-                         "`bench routing` (the CUDA routing kernels and the GPU step ratio)");
+                         "`bench routing` (the CUDA routing kernels and the GPU step ratio; "
+                         "with --device cpu the CPU routing versions)");
   cmd->add_option("what", o->what, "step | routing");
   add_model_flags(*cmd, o->cfg, o->mode);
   cmd->add_option("--batch,-B", o->batch, "step: sequences per step");
-  cmd->add_option("--repeats", o->repeats, "timed repetitions (median for step, mean for routing)");
-  cmd->add_option("--threads", o->threads, "step on the CPU: threads (0 = all cores)");
-  cmd->add_option("--device", o->device, "step: cpu | cuda | auto");
+  cmd->add_option("--repeats", o->repeats,
+                  "timed repetitions (step: median; CPU routing: fastest; GPU routing: mean)");
+  cmd->add_option("--threads", o->threads,
+                  "on the CPU: threads (0 = all cores; routing times 1 and this many)");
+  auto* device_opt = cmd->add_option(
+      "--device", o->device, "step: cpu | cuda | auto (default cpu); routing: cuda unless given");
   cmd->add_option("--sources,-N", o->N,
                   "routing: sources N (default: the tiny and the paper's 100M shapes)");
   cmd->add_option("--positions,-P", o->P, "routing: positions P");
@@ -315,7 +360,7 @@ Subcommand register_bench(CLI::App& app) {
   cmd->add_flag("--kernels-only", o->kernels_only,
                 "routing: leave out the GPU training-step ratios");
   add_cuda_sync_flag(*cmd, o->cuda_sync);
-  return {cmd, [o]() -> int {
+  return {cmd, [o, device_opt]() -> int {
             apply_cuda_sync(o->cuda_sync);
             if (o->repeats < 1) throw UsageError("--repeats must be at least 1");
             if (o->what != "step" && o->what != "routing")
@@ -348,6 +393,13 @@ Subcommand register_bench(CLI::App& app) {
 #endif
                   base.d, base.L, base.T, o->batch, o->repeats);
               bench_steps(base, o->batch, o->repeats, device);
+              return kOk;
+            }
+            // routing: the GPU kernels unless --device says cpu (or auto finds no GPU)
+            const bool routing_cpu = device_opt->count() > 0 &&
+                                     (o->device == "cpu" || (o->device == "auto" && !why.empty()));
+            if (routing_cpu) {
+              bench_routing_cpu_table(o->N, o->P, o->d, o->H, o->repeats, o->threads);
               return kOk;
             }
             if (!why.empty()) {

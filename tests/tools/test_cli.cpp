@@ -15,6 +15,7 @@
 #include <fstream>
 #include <limits>
 #include <cmath>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -309,6 +310,9 @@ TEST_CASE("bad input gets a clear message and exit code 2", "[cli][bad-input]") 
       {"plot " + (d / "nowhere").string(), "is '"},
       {"grad --heads 5 --d 32", "must divide d = 32"},
       {"probe " + (d / "ok").string() + " --slices 3", "--slices = 3 must divide the width d = 32"},
+      {"bench routing --device cpu -N 3 -P 8 --width 10 --route-heads 4",
+       "--route-heads must divide --width"},
+      {"bench routing --device cpu -N 3", "give all of --sources, --positions"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.args);
@@ -555,6 +559,35 @@ TEST_CASE("sample: the same greedy text with and without the decode cache, past 
                              "last 32 bytes are read"));
   CHECK_THAT(r.out, Contains("bytes/s (cache: prefill, then one step a byte; 3 window slides to "
                              "the last 16 of T = 32 bytes)"));
+}
+
+TEST_CASE("bench routing --device cpu times copy and both routing versions on 1 and 2 threads",
+          "[cli][bench]") {
+  // A small shape and one repeat: this checks the table, never the speed.
+  const Result r =
+      toy("bench routing --device cpu -N 3 -P 40 --width 16 --route-heads 4 --repeats 1 "
+          "--threads 2");
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Contains("N=3 P=40 d=16 H=4"));
+  CHECK_THAT(r.out, Contains("% copy"));
+  // One row per (op, version, threads): "op version… threads ms MB GB/s %".
+  std::map<std::string, int> rows;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream w(line);
+    std::string op, v1, v2, t;
+    w >> op >> v1;
+    if (op != "copy" && op != "forward" && op != "backward") continue;
+    if (v1 != "-") w >> v2;
+    w >> t;
+    ++rows[op + " " + v1 + (v2.empty() ? "" : " " + v2) + " @" + t];
+  }
+  for (const std::string t : {"1", "2"}) {
+    CHECK(rows["copy - @" + t] == 1);
+    for (const std::string op : {"forward", "backward"})
+      for (const std::string v : {"1 ref", "2 fast"}) CHECK(rows[op + " " + v + " @" + t] == 1);
+  }
 }
 
 /// Runs `train --device cuda` on kTiny: exit 4 means this machine has no GPU (or no CUDA build).

@@ -1,0 +1,60 @@
+/**
+ * @file routing_fast.h
+ * @ingroup reference
+ * @brief Depth routing at one site, CPU version 2: the reference's math in a loop order that
+ *        reads each source row from memory once, split over positions across OpenMP threads.
+ *
+ * CPU routing versions (STYLE.md §6; the CUDA ones are in cuda/routing.h):
+ *   1  routing_forward / routing_backward (routing.h): the reference, one Eigen line per step
+ *      of DESIGN.md §1 over all P positions; each step re-reads every source (3 reads forward).
+ *   2  routing_forward_fast / routing_backward_fast (here): same as 1, but one position at a
+ *      time, all N sources of it while they are in cache, blocks of positions across threads,
+ *      and the backward's D = ⟨dout, out⟩ instead of a pass over the weights.
+ *
+ * Same arguments, same saved state (so either backward takes either forward's RoutingSaved),
+ * same `=` / `+=` contract as version 1. The model (model.cpp) uses version 2; the tests check
+ * it against version 1 in float and double and through the finite-difference gradient checks.
+ *
+ * Determinism: positions are cut into blocks of kRoutingBlock, fixed by P alone. A block is
+ * done by one thread in position order, and its dq, dg partial sums are added in block order
+ * after the parallel loop. So every bit of every output is the same on every run AND for any
+ * number of threads (tests/test_routing.cpp checks 1 thread against 2, twice each).
+ */
+#pragma once
+
+#include "routing.h"
+
+namespace mhar {
+
+/// Positions per block of version 2. Fixed, never derived from the thread count: the block
+/// partials of dq and dg, and so the result's bits, depend on P only. 32 positions keep the
+/// per-block partial sums small (2 · d values a block) and give 2 threads 16+ blocks at P ≥ 512.
+inline constexpr Eigen::Index kRoutingBlock = 32;
+
+/**
+ * @brief Routing forward, version 2 (same contract as routing_forward).
+ *
+ * Per position p: one pass over the N source rows computes r_i and z_i[h] (steps (1), (2)),
+ * the softmax over i per head (3) runs on N × H numbers, then (4) sums the rows again while
+ * they are still in cache. Writes out and saved; throws ShapeError on bad shapes.
+ */
+template <typename T>
+void routing_forward_fast(Mat<T>& out, RoutingSaved<T>& saved, std::span<const Mat<T>> sources,
+                          const Eigen::Ref<const RowVec<T>>& q,
+                          const Eigen::Ref<const RowVec<T>>& g, int H);
+
+/**
+ * @brief Routing backward, version 2 (same contract as routing_backward).
+ *
+ * Per position p: D[h] = ⟨dout_h, out_h⟩ once, then for each source one read of its row for
+ * a_i[h] and kp_i[h] and one more (from cache) for dS_i and the dq, dg partials. Accumulates
+ * (+=) into dsources, dq, dg; reductions in a fixed order (see the file comment).
+ */
+template <typename T>
+void routing_backward_fast(std::span<Mat<T>> dsources, Eigen::Ref<RowVec<T>> dq,
+                           Eigen::Ref<RowVec<T>> dg, const Mat<T>& dout, const Mat<T>& out,
+                           const RoutingSaved<T>& saved, std::span<const Mat<T>> sources,
+                           const Eigen::Ref<const RowVec<T>>& q,
+                           const Eigen::Ref<const RowVec<T>>& g, int H);
+
+}  // namespace mhar

@@ -1,0 +1,113 @@
+/**
+ * @file bench_routing_cpu.cpp
+ * @brief The CPU routing benchmark (see bench_routing_cpu.h).
+ */
+#include "bench_routing_cpu.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <functional>
+
+#include "routing.h"
+#include "routing_fast.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace mhar::toy {
+
+namespace {
+
+/// The fastest of `repeats` timed calls after one warm-up. On a shared machine other processes
+/// only ever add time, so the fastest call is the closest to what the code itself costs.
+double best_ms(const std::function<void()>& f, int repeats) {
+  f();  // warm-up: page faults, caches
+  std::vector<double> ms;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return *std::min_element(ms.begin(), ms.end());
+}
+
+/// dst = src, split into one contiguous piece per thread (memcpy within each).
+void copy_loop(float* dst, const float* src, long n) {
+#pragma omp parallel
+  {
+#ifdef _OPENMP
+    const long t = omp_get_thread_num(), nt = omp_get_num_threads();
+#else
+    const long t = 0, nt = 1;
+#endif
+    const long lo = n * t / nt, hi = n * (t + 1) / nt;
+    std::memcpy(dst + lo, src + lo, sizeof(float) * static_cast<std::size_t>(hi - lo));
+  }
+}
+
+}  // namespace
+
+double cpu_routing_forward_bytes(int N, int P, int d, int H) {
+  return 4.0 * (double(N) * P * d + double(P) * d + double(N) * P * H);
+}
+double cpu_routing_backward_bytes(int N, int P, int d, int H) {
+  return 4.0 * (3.0 * N * P * d + 2.0 * P * d + double(N) * P * H);
+}
+
+std::vector<CpuRoutingRow> bench_routing_cpu(int N, int P, int d, int H, int repeats,
+                                             const std::vector<int>& threads) {
+  require(N >= 1 && P >= 1 && d >= 1 && H >= 1 && d % H == 0, "bench routing",
+          "need N, P, d, H >= 1 with H dividing d, got N = ", N, ", P = ", P, ", d = ", d,
+          ", H = ", H);
+  require(repeats >= 1, "bench routing", "repeats must be at least 1");
+  Rng rng(1);
+  std::vector<Mat<float>> sources, dsources;
+  for (int i = 0; i < N; ++i) {
+    sources.push_back(rng.normal_matrix<float>(P, d));
+    dsources.push_back(Mat<float>::Zero(P, d));
+  }
+  const RowVec<float> q = rng.normal_matrix<float>(1, d, 0, 0.1);
+  const RowVec<float> g = rng.normal_matrix<float>(1, d, 1, 0.1);
+  const Mat<float> dout = rng.normal_matrix<float>(P, d);
+  RowVec<float> dq = RowVec<float>::Zero(d), dg = RowVec<float>::Zero(d);
+  Mat<float> out;
+  RoutingSaved<float> saved;
+  const long n = long(N) * P * d;
+  std::vector<float> src(static_cast<std::size_t>(n), 1.0f), dst(static_cast<std::size_t>(n));
+  const std::span<const Mat<float>> S(sources);
+
+  const double fwd_bytes = cpu_routing_forward_bytes(N, P, d, H);
+  const double bwd_bytes = cpu_routing_backward_bytes(N, P, d, H);
+  std::vector<CpuRoutingRow> rows;
+  for (const int t : threads) {
+#ifdef _OPENMP
+    omp_set_num_threads(t);
+#endif
+    const double copy_ms = best_ms([&] { copy_loop(dst.data(), src.data(), n); }, repeats);
+    const double copy_gbps = 8.0 * double(n) / (copy_ms * 1e6);
+    auto add = [&](const std::string& op, const std::string& version, double ms, double bytes) {
+      const double gbps = bytes / (ms * 1e6);
+      rows.push_back({op, version, t, ms, bytes, gbps, 100.0 * gbps / copy_gbps});
+    };
+    add("copy", "-", copy_ms, 8.0 * double(n));
+    add("forward", "1 ref",
+        best_ms([&] { routing_forward<float>(out, saved, S, q, g, H); }, repeats), fwd_bytes);
+    add("forward", "2 fast",
+        best_ms([&] { routing_forward_fast<float>(out, saved, S, q, g, H); }, repeats), fwd_bytes);
+    add("backward", "1 ref",
+        best_ms([&] { routing_backward<float>(dsources, dq, dg, dout, out, saved, S, q, g, H); },
+                repeats),
+        bwd_bytes);
+    add("backward", "2 fast",
+        best_ms(
+            [&] { routing_backward_fast<float>(dsources, dq, dg, dout, out, saved, S, q, g, H); },
+            repeats),
+        bwd_bytes);
+  }
+  return rows;
+}
+
+}  // namespace mhar::toy

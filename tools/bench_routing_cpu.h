@@ -1,0 +1,47 @@
+/**
+ * @file bench_routing_cpu.h
+ * @ingroup tools
+ * @brief `mhar-toy bench routing --device cpu`: the CPU routing versions (reference/routing.h,
+ *        reference/routing_fast.h) as bytes moved ÷ time, next to a copy loop timed in the same
+ *        run on the same number of threads (DESIGN.md §4).
+ *
+ * Bytes are the minimum each operation moves, the formula of docs/kernels.md and
+ * cuda/bench_routing.h (4-byte floats), the same for every version, so GB/s is an effective rate:
+ *   forward   4 · (N·P·d + P·d + N·P·H)        read sources, write out and α
+ *   backward  4 · (3·N·P·d + 2·P·d + N·P·H)    read sources, read and write dsources, read dout,
+ *                                              out and α (dq, dg: O(d))
+ *   copy      4 · 2·N·P·d                      read and write a buffer the size of the sources
+ */
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace mhar::toy {
+
+/// One measurement: op "copy", "forward" or "backward"; version "-", "1 ref" or "2 fast".
+struct CpuRoutingRow {
+  std::string op, version;
+  int threads = 1;
+  double ms = 0;        ///< fastest time of one call over the repeats
+  double bytes = 0;     ///< bytes the op moves (formula above)
+  double gbps = 0;      ///< bytes / time, 1e9 bytes per second
+  double pct_copy = 0;  ///< gbps as a percentage of the copy loop's at the same thread count
+};
+
+/// Bytes one routing forward moves (formula above).
+double cpu_routing_forward_bytes(int N, int P, int d, int H);
+/// Bytes one routing backward moves (formula above).
+double cpu_routing_backward_bytes(int N, int P, int d, int H);
+
+/**
+ * @brief For each thread count in `threads`: times the copy loop, then both versions' forward
+ *        and backward in float on random inputs; one warm-up call, then the fastest of `repeats`
+ * (other processes only add time).
+ *
+ * Needs about 4·N·P·d floats of memory. Throws ShapeError on bad shapes (H not dividing d).
+ */
+std::vector<CpuRoutingRow> bench_routing_cpu(int N, int P, int d, int H, int repeats,
+                                             const std::vector<int>& threads);
+
+}  // namespace mhar::toy
