@@ -13,6 +13,7 @@
 #include "cli_common.h"
 #include "errors.h"
 #include "figures.h"
+#include "file_util.h"
 
 namespace mhar::toy {
 

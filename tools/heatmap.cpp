@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "figures.h"
+#include "file_util.h"
 
 namespace mhar::toy {
 

@@ -20,7 +20,7 @@
 #include "checkpoint.h"
 #include "data.h"
 #include "errors.h"
-#include "figures.h"
+#include "file_util.h"
 #include "heatmap.h"
 #include "optim.h"
 

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "figures.h"
+#include "file_util.h"
 #include "safetensors.h"
 
 using namespace mhar::io;

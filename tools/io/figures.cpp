@@ -12,7 +12,7 @@
 
 #include <fmt/format.h>
 
-#include "safetensors.h"  // write_file_atomic
+#include "file_util.h"
 
 #define STB_IMAGE_WRITE_IMPLEMENTATION
 #include <stb_easy_font.h>
@@ -907,11 +907,6 @@ void write_barchart_png(const std::string& path, const BarChart& chart) {
   PngCanvas cv;
   draw_barchart(cv, chart);
   write_png(path, cv);
-}
-
-void write_text_file_atomic(const std::string& path, const std::string& content) {
-  const std::string_view pieces[] = {content};
-  write_file_atomic(path, pieces);
 }
 
 }  // namespace mhar::io

@@ -10,7 +10,7 @@
  * The PNG text is ASCII only (other characters print as '?'); the SVG keeps UTF-8 as is.
  *
  * Colours: viridis for values (perceptually uniform, readable in grey), the tab10 palette for
- * series. Every file is written with write_text_file_atomic / write_file_atomic: a failure throws
+ * series. Every file is written with write_text_file_atomic (file_util.h): a failure throws
  * an exception naming the path and never leaves a half-written file behind.
  */
 #pragma once
@@ -71,9 +71,5 @@ void write_barchart_png(const std::string& path, const BarChart& chart);
 /// that gives at most `max_ticks` (≥ 2) of them; {lo} when lo == hi. Throws std::invalid_argument
 /// unless lo ≤ hi are finite.
 std::vector<double> nice_ticks(double lo, double hi, int max_ticks = 6);
-
-/// Writes `content` to `path` atomically (temporary file, checked writes, fsync, rename).
-/// Throws std::system_error whose message starts with the path.
-void write_text_file_atomic(const std::string& path, const std::string& content);
 
 }  // namespace mhar::io
