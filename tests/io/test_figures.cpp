@@ -36,8 +36,8 @@ TEST_CASE("figures: formats are named png, svg and pdf, in the order given", "[f
   CHECK(parse_formats("svg,png") == std::vector<Format>{Format::svg, Format::png});
   CHECK(format_list({Format::svg, Format::pdf}) == "svg,pdf");
   CHECK(format_list(parse_formats("png,pdf")) == "png,pdf");
-  CHECK_THROWS_WITH(parse_formats("png,jpg"),
-                    Catch::Contains("unknown figure format 'jpg'") && Catch::Contains("png, svg or pdf"));
+  CHECK_THROWS_WITH(parse_formats("png,jpg"), Catch::Contains("unknown figure format 'jpg'") &&
+                                                  Catch::Contains("png, svg or pdf"));
   CHECK_THROWS_WITH(parse_formats("png,png"), Catch::Contains("'png' is named twice"));
   CHECK_THROWS_AS(parse_formats(""), std::invalid_argument);
   CHECK_THROWS_AS(parse_formats("png,"), std::invalid_argument);
@@ -47,8 +47,9 @@ TEST_CASE("figures: formats are named png, svg and pdf, in the order given", "[f
 #if !MHAR_FIGURES
 
 TEST_CASE("figures: drawing", "[figures]") {
-  WARN("MHAR_SKIP: this build has no figures (Cairo not found at configure time, or "
-       "-DMHAR_FIGURES=OFF), so nothing is drawn to test");
+  WARN(
+      "MHAR_SKIP: this build has no figures (Cairo not found at configure time, or "
+      "-DMHAR_FIGURES=OFF), so nothing is drawn to test");
   CHECK_THROWS_AS(write_lineplot("unused", {Format::png}, LinePlot{}), std::logic_error);
 }
 
@@ -159,15 +160,17 @@ std::optional<PdfText> pdf_text(const std::string& pdf) {
   out.height = std::stod(m[2]);
   const std::regex word(
       R"re(<word xMin="([0-9.-]+)" yMin="([0-9.-]+)" xMax="([0-9.-]+)" yMax="([0-9.-]+)">([^<]*)</word>)re");
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), word);
-       it != std::sregex_iterator(); ++it) {
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), word); it != std::sregex_iterator();
+       ++it) {
     std::string w = (*it)[5];
-    for (auto [from, to] : {std::pair<std::string, std::string>{"&lt;", "<"}, {"&gt;", ">"},
-                            {"&quot;", "\""}, {"&amp;", "&"}})
+    for (auto [from, to] : {std::pair<std::string, std::string>{"&lt;", "<"},
+                            {"&gt;", ">"},
+                            {"&quot;", "\""},
+                            {"&amp;", "&"}})
       for (auto p = w.find(from); p != std::string::npos; p = w.find(from, p + to.size()))
         w.replace(p, from.size(), to);
-    out.words.push_back({w, std::stod((*it)[1]), std::stod((*it)[2]), std::stod((*it)[3]),
-                         std::stod((*it)[4])});
+    out.words.push_back(
+        {w, std::stod((*it)[1]), std::stod((*it)[2]), std::stod((*it)[3]), std::stod((*it)[4])});
     out.all += (out.all.empty() ? "" : " ") + w;
   }
   return out;
@@ -222,8 +225,8 @@ Heatmap sample_heatmap(const std::string& title) {
   return h;
 }
 
-const std::vector<Format> kPng{Format::png}, kPdf{Format::pdf}, kAll{Format::png, Format::svg,
-                                                                    Format::pdf};
+const std::vector<Format> kPng{Format::png}, kPdf{Format::pdf},
+    kAll{Format::png, Format::svg, Format::pdf};
 
 }  // namespace
 
@@ -268,8 +271,8 @@ TEST_CASE("figures: one figure in three formats: one size, the paths in the orde
   const std::vector<std::string> paths =
       write_heatmaps(dir.file("heat"), {Format::svg, Format::pdf, Format::png},
                      {sample_heatmap("head 0"), sample_heatmap("head 1")}, "Routing weights");
-  CHECK(paths == std::vector<std::string>{dir.file("heat.svg"), dir.file("heat.pdf"),
-                                          dir.file("heat.png")});
+  CHECK(paths ==
+        std::vector<std::string>{dir.file("heat.svg"), dir.file("heat.pdf"), dir.file("heat.png")});
   CHECK(dir.entries() == std::vector<std::string>{"heat.pdf", "heat.png", "heat.svg"});
   const Image img = decode_png(dir.file("heat.png"));
   CHECK(img.w > 300);
@@ -294,8 +297,8 @@ TEST_CASE("figures: heatmap text is real UTF-8 text, every word on the page, non
   write_heatmaps(dir.file("heat"), kPdf, {h0, h1}, "mean routing weight α, step 100");
   REQUIRE_PDF_TEXT(t, dir.file("heat.pdf"));
   CAPTURE(t.all);
-  for (const char* w : {"mean", "routing", "weight", "α,", "step", "100", "head", "α", "1",
-                        "site", "source", "Δ", "embedding", "block", "⟨q,k⟩", "0.90", "0.25"})
+  for (const char* w : {"mean", "routing", "weight", "α,", "step", "100", "head", "α", "1", "site",
+                        "source", "Δ", "embedding", "block", "⟨q,k⟩", "0.90", "0.25"})
     CHECK(t.has(w));
   check_words_placed(t);
   // The suptitle is centred over the figure; head 0's panel is left of head 1's.

@@ -3,13 +3,12 @@
  * @brief mhar_io: safetensors round trips, the exact byte layout, every kind of corrupt file,
  *        atomic saves (including a write that fails half-way). The figures: test_figures.cpp.
  */
-#include <catch2/catch.hpp>
-
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <csignal>
 #include <cstring>

@@ -99,7 +99,8 @@ TEST_CASE("a short training run lowers the loss and writes a complete run direct
     CHECK(fs::exists(d / "run" / f));
   for (const char* s : {"step_000000", "step_000030", "step_000060"}) {
     CAPTURE(s);
-    for (const char* f : {"alpha.csv", "alpha.json"}) CHECK(fs::exists(d / "run" / "heatmaps" / s / f));
+    for (const char* f : {"alpha.csv", "alpha.json"})
+      CHECK(fs::exists(d / "run" / "heatmaps" / s / f));
     // The default formats, png and svg, where this build draws figures.
     for (const char* f : {"heatmap.png", "heatmap.svg", "disagreement.png", "disagreement.svg"})
       CHECK(fs::exists(d / "run" / "heatmaps" / s / f) == mhar::io::kFiguresBuilt);
@@ -321,14 +322,16 @@ TEST_CASE("bad input gets a clear message and exit code 2", "[cli][bad-input]") 
   CHECK_FALSE(fs::exists(run));  // nothing was created by the refused runs
 }
 
-TEST_CASE("figures: --format chooses the files of train, heatmap and plot, and without figures "
-          "mhar-toy says so and still writes CSV and JSON",
-          "[cli][figures]") {
+TEST_CASE(
+    "figures: --format chooses the files of train, heatmap and plot, and without figures "
+    "mhar-toy says so and still writes CSV and JSON",
+    "[cli][figures]") {
   const fs::path d = scratch("formats");
   std::string loud = kTinyCpu;  // not quiet: the note that figures are off must show
   loud.erase(loud.find(" -q"), 3);
-  const Result r = toy("train" + loud + " --heads 2 --steps 10 --heatmap-every 5 --format pdf --out " +
-                       (d / "run").string());
+  const Result r =
+      toy("train" + loud + " --heads 2 --steps 10 --heatmap-every 5 --format pdf --out " +
+          (d / "run").string());
   INFO(r.out);
   REQUIRE(r.code == 0);
   const bool figs = mhar::io::kFiguresBuilt;
@@ -367,13 +370,13 @@ TEST_CASE("figures: --format chooses the files of train, heatmap and plot, and w
   CHECK_FALSE(has(d / "heat" / "heatmap.png"));
   CHECK((h.out.find("figures are off") != std::string::npos) == !figs);
 
-  const Result p = toy("plot " + (d / "run").string() + " --format pdf,png -o " +
-                       (d / "loss").string());
+  const Result p =
+      toy("plot " + (d / "run").string() + " --format pdf,png -o " + (d / "loss").string());
   INFO(p.out);
   if (figs) {
     CHECK(p.code == 0);
-    CHECK_THAT(p.out, Contains("wrote " + (d / "loss.pdf").string() + ", " +
-                               (d / "loss.png").string()));
+    CHECK_THAT(p.out,
+               Contains("wrote " + (d / "loss.pdf").string() + ", " + (d / "loss.png").string()));
     CHECK(has(d / "loss.pdf"));
     CHECK(has(d / "loss.png"));
     CHECK_FALSE(has(d / "loss.svg"));

@@ -41,7 +41,8 @@ std::vector<Format> parse_formats(std::string_view list) {
           "unknown figure format '{}' in '{}': use png, svg or pdf, separated by commas", name,
           list));
     if (std::find(out.begin(), out.end(), *f) != out.end())
-      throw std::invalid_argument(fmt::format("figure format '{}' is named twice in '{}'", name, list));
+      throw std::invalid_argument(
+          fmt::format("figure format '{}' is named twice in '{}'", name, list));
     out.push_back(*f);
     begin = end + 1;
   }

@@ -155,15 +155,22 @@ std::string valid_utf8(const std::string& s) {
   std::string out;
   for (std::size_t i = 0; i < s.size();) {
     const auto b = static_cast<unsigned char>(s[i]);
-    const std::size_t n = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
+    const std::size_t n = b < 0x80         ? 1
+                          : (b >> 5) == 6  ? 2
+                          : (b >> 4) == 14 ? 3
+                          : (b >> 3) == 30 ? 4
+                                           : 0;
     bool ok = n > 0 && i + n <= s.size();
     for (std::size_t k = 1; ok && k < n; ++k)
       ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
     if (ok && n > 1) {  // no overlong forms, surrogates or code points past U+10FFFF
       char32_t cp = b & (0x7F >> n);
-      for (std::size_t k = 1; k < n; ++k) cp = cp << 6 | (static_cast<unsigned char>(s[i + k]) & 0x3F);
-      ok = cp >= (n == 2 ? 0x80u : n == 3 ? 0x800u : 0x10000u) && cp <= 0x10FFFF &&
-           !(cp >= 0xD800 && cp <= 0xDFFF);
+      for (std::size_t k = 1; k < n; ++k)
+        cp = cp << 6 | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+      ok = cp >= (n == 2   ? 0x80u
+                  : n == 3 ? 0x800u
+                           : 0x10000u) &&
+           cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
     }
     if (ok) {
       out.append(s, i, n);
@@ -264,7 +271,10 @@ class Canvas {
     set_colour(c);
     cairo_translate(cr, x, y);
     if (vertical) cairo_rotate(cr, -std::numbers::pi / 2);
-    cairo_move_to(cr, align == Align::Start ? 0.0 : align == Align::Middle ? -w / 2 : -w,
+    cairo_move_to(cr,
+                  align == Align::Start    ? 0.0
+                  : align == Align::Middle ? -w / 2
+                                           : -w,
                   cap_height(f) / 2);
     cairo_show_text(cr, valid_utf8(s).c_str());
     cairo_restore(cr);

@@ -10,8 +10,6 @@
  */
 #include "safetensors.h"
 
-#include "file_util.h"
-
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -24,6 +22,8 @@
 #include <set>
 #include <sstream>
 #include <string_view>
+
+#include "file_util.h"
 
 namespace mhar::io {
 

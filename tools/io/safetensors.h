@@ -76,9 +76,9 @@ struct SafeTensors {
   const Tensor* find(const std::string& name) const;
 };
 
-/// Writes `st` to `path` atomically (write_file_atomic, file_util.h). Throws FormatError (message starts
-/// with the path) for an invalid tensor (unknown dtype, byte count ≠ numel × itemsize, empty or
-/// duplicate name, the reserved name "__metadata__") and std::system_error when writing fails.
+/// Writes `st` to `path` atomically (write_file_atomic, file_util.h). Throws FormatError (message
+/// starts with the path) for an invalid tensor (unknown dtype, byte count ≠ numel × itemsize, empty
+/// or duplicate name, the reserved name "__metadata__") and std::system_error when writing fails.
 void save_safetensors(const std::string& path, const SafeTensors& st);
 
 /// Reads and validates `path`; tensors come back in the order of their data offsets (which is
