@@ -99,7 +99,6 @@ Subcommand register_plot(CLI::App& app) {
           throw UsageError("--metric must be train, val or both, got '" + o->metric + "'");
         if (o->smooth < 1) throw UsageError("--smooth must be at least 1");
         const std::vector<io::Format> formats = parse_format_flag(o->formats);
-        if (!io::kFiguresBuilt) throw UnavailableError(std::string("cannot plot: ") + kFiguresOff);
         io::LinePlot plot;
         plot.title = o->title;
         plot.x_label = "step";
@@ -115,6 +114,8 @@ Subcommand register_plot(CLI::App& app) {
                      r.train.back(),
                      r.val.empty() ? "" : fmt::format(", last val loss {:.4f}", r.val.back()));
         }
+        // Bad input (exit 2) is reported first, even in a build without figures.
+        if (!io::kFiguresBuilt) throw UnavailableError(std::string("cannot plot: ") + kFiguresOff);
         fmt::print("wrote {}\n", fmt::join(io::write_lineplot(o->out, formats, plot), ", "));
         return kOk;
       }};
