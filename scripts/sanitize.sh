@@ -14,6 +14,8 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMHAR_SANIT
 # and every subcommand runs once under the sanitizers below.
 cmake --build build-asan --parallel "$(nproc)" --target test_reference mhar-toy
 export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
+# fontconfig's caches (the figures' text, through Cairo) are freed by no one at exit.
+export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan-suppressions.txt"
 (cd build-asan && ctest --output-on-failure --parallel "$(nproc)" -R '^reference:')
 
 # Every mhar-toy subcommand once, on a model small enough to take seconds under ASan: train,

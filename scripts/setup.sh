@@ -2,8 +2,10 @@
 # Installs the Debian 12 packages mhar builds with; does nothing when they are all present.
 # Runs apt-get as root, or through sudo otherwise.
 set -euo pipefail
-pkgs=(cmake ninja-build g++ libeigen3-dev libcli11-dev libfmt-dev catch2 nlohmann-json3-dev
-      libstb-dev doxygen graphviz)
+# libcairo2-dev and fonts-dejavu-core draw the figures; poppler-utils (pdftotext) reads the PDFs
+# back in the figure tests.
+pkgs=(cmake ninja-build g++ pkg-config libeigen3-dev libcli11-dev libfmt-dev catch2
+      nlohmann-json3-dev libcairo2-dev fonts-dejavu-core poppler-utils doxygen graphviz)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

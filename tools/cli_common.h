@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 
+#include "figures.h"
 #include "model.h"
 
 namespace mhar::toy {
@@ -17,6 +18,8 @@ namespace mhar::toy {
 void add_model_flags(CLI::App& cmd, Config& cfg, std::string& mode);
 /// The config those flags describe, validated; throws UsageError (exit 2) naming what is wrong.
 Config model_config(Config cfg, const std::string& mode);
+/// The value of a --format flag ("png,svg,pdf"); throws UsageError (exit 2) naming what is allowed.
+std::vector<io::Format> parse_format_flag(const std::string& list);
 
 /// Adds --cuda-sync to `cmd` (train, check, bench): every CUDA launch is synchronised and
 /// checked, so that a fault inside a kernel is reported under that kernel's name (as with

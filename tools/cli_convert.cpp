@@ -12,7 +12,7 @@
 #include "checkpoint.h"
 #include "cli_common.h"
 #include "errors.h"
-#include "figures.h"
+#include "file_util.h"
 #include "train.h"
 
 namespace mhar::toy {

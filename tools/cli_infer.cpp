@@ -281,6 +281,7 @@ Subcommand register_heatmap(CLI::App& app) {
     int batch = 16;
     double val_fraction = 0.1;
     std::uint64_t seed = 1;
+    std::string formats = "png,svg";
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand(
@@ -292,8 +293,10 @@ Subcommand register_heatmap(CLI::App& app) {
   cmd->add_option("--batch,-B", o->batch, "random windows averaged over");
   cmd->add_option("--val-fraction", o->val_fraction, "size of the held-out tail");
   cmd->add_option("--seed", o->seed, "seed of the windows");
+  cmd->add_option("--format", o->formats, "figure formats, comma-separated: png, svg, pdf");
   return {cmd, [o]() -> int {
             require_positive(o->batch, "--batch");
+            const std::vector<io::Format> formats = parse_format_flag(o->formats);
             const Checkpoint ck = load_checkpoint(o->ckpt);
             if (!ck.cfg.routed())
               throw UsageError(o->ckpt +
@@ -310,9 +313,14 @@ Subcommand register_heatmap(CLI::App& app) {
             const RoutingMap map = routing_map(ck.cfg, ck.params, b, o->batch);
             write_routing_map(out, map,
                               fmt::format("{} H={}, step {}", mode_name(ck.cfg.mode),
-                                          ck.cfg.route_heads(), ck.step));
-            fmt::print("wrote {}/heatmap.png (and .svg, alpha.csv, alpha.json, disagreement.png)\n",
-                       out);
+                                          ck.cfg.route_heads(), ck.step),
+                              formats);
+            if (io::kFiguresBuilt)
+              fmt::print("wrote {0}/alpha.csv, alpha.json, heatmap.{1} and disagreement.{1}\n", out,
+                         formats.size() == 1 ? io::format_list(formats)
+                                             : "{" + io::format_list(formats) + "}");
+            else
+              fmt::print("wrote {}/alpha.csv and alpha.json ({})\n", out, kFiguresOff);
             for (std::size_t s = 0; s < map.sites.size(); ++s)
               fmt::print("  site {:<6} head disagreement {:.4f} bits\n", map.sites[s],
                          map.disagreement[s]);

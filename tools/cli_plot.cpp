@@ -1,6 +1,7 @@
 /**
  * @file cli_plot.cpp
- * @brief `mhar-toy plot`: train and validation loss of one or more runs in one figure (SVG, PNG).
+ * @brief `mhar-toy plot`: train and validation loss of one or more runs in one figure (PNG, SVG,
+ *        PDF).
  */
 #include <fmt/format.h>
 
@@ -13,6 +14,7 @@
 #include "cli_common.h"
 #include "errors.h"
 #include "figures.h"
+#include "heatmap.h"  // kFiguresOff
 
 namespace mhar::toy {
 
@@ -78,14 +80,15 @@ std::vector<double> smooth(const std::vector<double>& y, int window) {
 Subcommand register_plot(CLI::App& app) {
   struct Opts {
     std::vector<std::string> runs;
-    std::string out = "loss", metric = "both", title = "loss per byte";
+    std::string out = "loss", metric = "both", title = "loss per byte", formats = "png,svg";
     int smooth = 20;
     bool log_y = false;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("plot", "Loss curves of one or more runs in one figure");
   cmd->add_option("runs", o->runs, "run directories")->required();
-  cmd->add_option("--out,-o", o->out, "output path without extension: writes OUT.svg and OUT.png");
+  cmd->add_option("--out,-o", o->out, "output path without extension: writes OUT.png, OUT.svg, …");
+  cmd->add_option("--format", o->formats, "figure formats, comma-separated: png, svg, pdf");
   cmd->add_option("--metric", o->metric, "train | val | both (train solid, validation dashed)");
   cmd->add_option("--smooth", o->smooth, "moving average of the train loss over N steps (1 = off)");
   cmd->add_option("--title", o->title, "figure title");
@@ -95,6 +98,7 @@ Subcommand register_plot(CLI::App& app) {
         if (o->metric != "train" && o->metric != "val" && o->metric != "both")
           throw UsageError("--metric must be train, val or both, got '" + o->metric + "'");
         if (o->smooth < 1) throw UsageError("--smooth must be at least 1");
+        const std::vector<io::Format> formats = parse_format_flag(o->formats);
         io::LinePlot plot;
         plot.title = o->title;
         plot.x_label = "step";
@@ -110,9 +114,9 @@ Subcommand register_plot(CLI::App& app) {
                      r.train.back(),
                      r.val.empty() ? "" : fmt::format(", last val loss {:.4f}", r.val.back()));
         }
-        io::write_text_file_atomic(o->out + ".svg", io::lineplot_svg(plot));
-        io::write_lineplot_png(o->out + ".png", plot);
-        fmt::print("wrote {0}.svg and {0}.png\n", o->out);
+        // Bad input (exit 2) is reported first, even in a build without figures.
+        if (!io::kFiguresBuilt) throw UnavailableError(std::string("cannot plot: ") + kFiguresOff);
+        fmt::print("wrote {}\n", fmt::join(io::write_lineplot(o->out, formats, plot), ", "));
         return kOk;
       }};
 }

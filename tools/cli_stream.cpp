@@ -19,7 +19,7 @@
 #include "cli_common.h"
 #include "data.h"
 #include "errors.h"
-#include "figures.h"
+#include "file_util.h"
 
 namespace mhar::toy {
 

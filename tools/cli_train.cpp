@@ -51,6 +51,14 @@ Config model_config(Config cfg, const std::string& mode) {
   return cfg;
 }
 
+std::vector<io::Format> parse_format_flag(const std::string& list) {
+  try {
+    return io::parse_formats(list);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--format: ") + e.what());
+  }
+}
+
 Subcommand register_train(CLI::App& app) {
   auto o = std::make_shared<TrainOptions>();
   auto mode = std::make_shared<std::string>("mhar");
@@ -78,6 +86,8 @@ Subcommand register_train(CLI::App& app) {
   cmd->add_option("--ckpt-every", o->ckpt_every, "checkpoint every N steps (and at the end)");
   cmd->add_option("--heatmap-every", o->heatmap_every,
                   "write routing heatmaps every N steps (0 = only at the end)");
+  cmd->add_option("--format", o->figure_formats,
+                  "figure formats of the heatmaps, comma-separated: png, svg, pdf");
   cmd->add_option("--log-every", o->log_every, "print a progress line every N steps (no terminal)");
   cmd->add_option("--threads", o->threads, "CPU threads (0 = all cores)");
   cmd->add_flag("--quiet,-q", o->quiet, "print nothing but errors");

@@ -7,7 +7,8 @@
  *   1  a runtime failure (a file could not be written, a device error, …)
  *   2  a usage error: a bad flag, a missing or unusable input file, a checkpoint that does not fit
  *   3  training diverged (a NaN or infinite loss); the last good checkpoint is kept
- *   4  unavailable here: the command needs a GPU (or a CUDA build) that this machine lacks
+ *   4  unavailable here: the command needs a GPU (or a CUDA build, or a build with figures)
+ *      that this machine lacks
  *   130 interrupted (Ctrl-C); a checkpoint of the last finished step was written
  */
 #pragma once
@@ -38,7 +39,7 @@ class DivergedError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// The command needs a GPU (or a CUDA build) that is not here (exit 4).
+/// The command needs a GPU (or a CUDA build, or figures) that is not here (exit 4).
 class UnavailableError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;

@@ -13,7 +13,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "figures.h"
+#include "file_util.h"
 
 namespace mhar::toy {
 
@@ -91,7 +91,8 @@ RoutingMap routing_map(const Config& cfg, const Params<float>& p, const Batch& b
   return map;
 }
 
-void write_routing_map(const std::string& dir_s, const RoutingMap& map, const std::string& title) {
+void write_routing_map(const std::string& dir_s, const RoutingMap& map, const std::string& title,
+                       const std::vector<io::Format>& formats) {
   namespace fs = std::filesystem;
   const fs::path dir(dir_s);
   std::error_code ec;
@@ -112,9 +113,9 @@ void write_routing_map(const std::string& dir_s, const RoutingMap& map, const st
     hm.vmax = 1;
     panels.push_back(std::move(hm));
   }
-  const std::string sup = "mean routing weight alpha: " + title;
-  io::write_text_file_atomic((dir / "heatmap.svg").string(), io::heatmap_svg(panels, sup));
-  io::write_heatmap_png((dir / "heatmap.png").string(), panels, sup);
+  if (io::kFiguresBuilt)
+    io::write_heatmaps((dir / "heatmap").string(), formats, panels,
+                       "mean routing weight α: " + title);
 
   std::string csv = "head,site,source,alpha\n";
   for (int h = 0; h < map.H; ++h)
@@ -148,13 +149,12 @@ void write_routing_map(const std::string& dir_s, const RoutingMap& map, const st
 
   io::BarChart bar;
   bar.title = map.H == 1 ? "head disagreement (H = 1: a single head, none): " + title
-                         : "head disagreement, mean pairwise Jensen-Shannon divergence: " + title;
+                         : "head disagreement, mean pairwise Jensen–Shannon divergence: " + title;
   bar.x_label = "routing site";
   bar.y_label = "JS divergence (bits)";
   bar.labels = map.sites;
   bar.values = map.disagreement;
-  io::write_text_file_atomic((dir / "disagreement.svg").string(), io::barchart_svg(bar));
-  io::write_barchart_png((dir / "disagreement.png").string(), bar);
+  if (io::kFiguresBuilt) io::write_barchart((dir / "disagreement").string(), formats, bar);
 }
 
 }  // namespace mhar::toy

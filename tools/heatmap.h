@@ -2,8 +2,8 @@
  * @file heatmap.h
  * @ingroup tools
  * @brief Where each routing head looks: the mean routing weight α over real text, as a
- *        [site × source] matrix per head (PNG, SVG, CSV, JSON), and how much the heads
- *        disagree at each site (mean pairwise Jensen–Shannon divergence, PNG and SVG).
+ *        [site × source] matrix per head (figures, CSV, JSON), and how much the heads disagree
+ *        at each site (mean pairwise Jensen–Shannon divergence, figures).
  */
 #pragma once
 
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "data.h"
+#include "figures.h"
 #include "model.h"
 
 namespace mhar::toy {
@@ -26,8 +27,15 @@ struct RoutingMap {
 
 RoutingMap routing_map(const Config& cfg, const Params<float>& p, const Batch& batch, int B);
 
-/// Writes heatmap.{png,svg}, alpha.{csv,json} and disagreement.{png,svg} into `dir` (created).
-/// `title` heads the figures (e.g. "mhar H=4, step 100").
-void write_routing_map(const std::string& dir, const RoutingMap& map, const std::string& title);
+/// Writes alpha.csv and alpha.json into `dir` (created), and heatmap.<format> and
+/// disagreement.<format> for each of `formats` (none in a build without figures,
+/// io::kFiguresBuilt). `title` heads the figures (e.g. "mhar H=4, step 100").
+void write_routing_map(const std::string& dir, const RoutingMap& map, const std::string& title,
+                       const std::vector<io::Format>& formats);
+
+/// What mhar-toy says, once, when it would draw figures in a build without them.
+inline constexpr const char* kFiguresOff =
+    "figures are off: this mhar-toy was built without Cairo (not found at configure time, or "
+    "-DMHAR_FIGURES=OFF)";
 
 }  // namespace mhar::toy

@@ -23,7 +23,8 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   CLI::App app{
       "mhar-toy: tiny transformers with depth routing (residual, attnres, mhar, block, delta).\n"
-      "Exit codes: 0 ok, 1 failure, 2 usage error, 3 diverged, 4 needs a GPU, 130 interrupted."};
+      "Exit codes: 0 ok, 1 failure, 2 usage error, 3 diverged, 4 unavailable here (no GPU, or no "
+      "figures in this build), 130 interrupted."};
   app.option_defaults()->always_capture_default();
   // A flag given twice takes its last value (so scripts can override a default set of flags).
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);

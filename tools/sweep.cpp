@@ -17,6 +17,7 @@
 #include "data.h"
 #include "errors.h"
 #include "figures.h"
+#include "file_util.h"
 #include "probe.h"
 
 namespace mhar::toy {

@@ -20,7 +20,7 @@
 #include "checkpoint.h"
 #include "data.h"
 #include "errors.h"
-#include "figures.h"
+#include "file_util.h"
 #include "heatmap.h"
 #include "memory.h"
 #include "optim.h"
@@ -57,6 +57,7 @@ nlohmann::json train_options_to_json(const TrainOptions& o) {
             {"eval_batches", o.eval_batches},
             {"ckpt_every", o.ckpt_every},
             {"heatmap_every", o.heatmap_every},
+            {"figure_formats", o.figure_formats},
             {"log_every", o.log_every},
             {"device", o.device},
             {"threads", o.threads}}}};
@@ -81,6 +82,7 @@ TrainOptions train_options_from_json(const nlohmann::json& j, const std::string&
     o.eval_batches = t.at("eval_batches").get<int>();
     o.ckpt_every = t.at("ckpt_every").get<int>();
     o.heatmap_every = t.at("heatmap_every").get<int>();
+    o.figure_formats = t.value("figure_formats", o.figure_formats);  // runs from before --format
     o.log_every = t.at("log_every").get<int>();
     o.device = t.at("device").get<std::string>();
     o.threads = t.at("threads").get<int>();
@@ -107,6 +109,11 @@ void validate(const TrainOptions& o) {
   positive(o.log_every, "--log-every");
   if (o.heatmap_every < 0)
     throw UsageError("--heatmap-every must be 0 (only at the end) or positive");
+  try {
+    io::parse_formats(o.figure_formats);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--format: ") + e.what());
+  }
   if (o.warmup < 0) throw UsageError("--warmup must be 0 or positive");
   if (o.threads < 0) throw UsageError("--threads must be 0 (all cores) or positive");
   if (!(o.lr > 0 && std::isfinite(o.lr)))
@@ -358,7 +365,8 @@ void heatmaps(const fs::path& dir, const TrainOptions& o, const Params<float>& p
   const RoutingMap map = routing_map(o.cfg, p, b, o.batch);
   write_routing_map(
       (dir / "heatmaps" / fmt::format("step_{:06}", step)).string(), map,
-      fmt::format("{} H={}, step {}", mode_name(o.cfg.mode), o.cfg.route_heads(), step));
+      fmt::format("{} H={}, step {}", mode_name(o.cfg.mode), o.cfg.route_heads(), step),
+      io::parse_formats(o.figure_formats));
 }
 
 int run_loop(const TrainOptions& o, const fs::path& dir, Params<float>& p, Params<float>& m,
@@ -381,6 +389,9 @@ int run_loop(const TrainOptions& o, const fs::path& dir, Params<float>& p, Param
                o.cfg.d, o.cfg.L, o.cfg.n_head, o.cfg.n_kv_head, o.cfg.ffn, o.cfg.T, count_params(p),
                o.steps, o.batch, o.cfg.T, backend->describe(), o.data, corpus.train.size(),
                corpus.val.size(), dir.string());
+  if (!io::kFiguresBuilt && o.cfg.routed() && !o.quiet)
+    fmt::print(stderr, "mhar-toy train: {}; the heatmaps are alpha.csv and alpha.json only\n",
+               kFiguresOff);
 
   g_interrupted = false;
   auto old_handler = std::signal(SIGINT, on_sigint);

@@ -1,18 +1,14 @@
 /**
  * @file test_io.cpp
  * @brief mhar_io: safetensors round trips, the exact byte layout, every kind of corrupt file,
- *        atomic saves (including a write that fails half-way), and the SVG/PNG figures, whose
- *        PNGs are decoded again with stb_image and checked pixel by pixel where it matters.
+ *        atomic saves (including a write that fails half-way). The figures: test_figures.cpp.
  */
-#include <catch2/catch.hpp>
-
-#define STB_IMAGE_IMPLEMENTATION
-#include <stb_image.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <csignal>
 #include <cstring>
@@ -24,47 +20,16 @@
 #include <system_error>
 #include <vector>
 
-#include "figures.h"
+#include "file_util.h"
 #include "safetensors.h"
+#include "temp_dir.h"
 
 using namespace mhar::io;
+using mhar::io::test::read_bytes;
+using mhar::io::test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
-
-/// A fresh directory under the system temp dir, removed with everything in it at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("mhar_io_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::permissions(path_, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  /// Names of the entries in the directory, sorted.
-  std::vector<std::string> entries() const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(path_))
-      names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
- private:
-  fs::path path_;
-};
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);
@@ -110,74 +75,6 @@ SafeTensors sample_file() {
   st.tensors.emplace_back("empty", Tensor::from_f32({0, 5}, nullptr));
   st.tensors.emplace_back("step", Tensor::from_f64({}, &scalar));
   return st;
-}
-
-// --- PNG helpers ------------------------------------------------------------------------------
-
-struct Image {
-  int w = 0, h = 0;
-  std::vector<unsigned char> rgb;
-  const unsigned char* at(int x, int y) const {
-    return &rgb[(static_cast<std::size_t>(y) * w + x) * 3];
-  }
-};
-
-Image decode_png(const std::string& path) {
-  Image img;
-  int comp = 0;
-  unsigned char* data = stbi_load(path.c_str(), &img.w, &img.h, &comp, 3);
-  REQUIRE(data != nullptr);
-  img.rgb.assign(data, data + static_cast<std::size_t>(img.w) * img.h * 3);
-  stbi_image_free(data);
-  return img;
-}
-
-double colour_distance(const unsigned char* p, int r, int g, int b) {
-  return std::sqrt((p[0] - r) * (p[0] - r) + (p[1] - g) * (p[1] - g) + (p[2] - b) * (p[2] - b));
-}
-
-struct Blob {
-  std::size_t count = 0;
-  double cx = 0, cy = 0;
-};
-
-/// Pixels within `tol` of (r, g, b): how many, and their centroid.
-Blob find_colour(const Image& img, int r, int g, int b, double tol) {
-  Blob blob;
-  for (int y = 0; y < img.h; ++y)
-    for (int x = 0; x < img.w; ++x)
-      if (colour_distance(img.at(x, y), r, g, b) <= tol) ++blob.count, blob.cx += x, blob.cy += y;
-  if (blob.count)
-    blob.cx /= static_cast<double>(blob.count), blob.cy /= static_cast<double>(blob.count);
-  return blob;
-}
-
-std::size_t distinct_colours(const Image& img) {
-  std::vector<unsigned> c;
-  for (std::size_t i = 0; i < img.rgb.size(); i += 3)
-    c.push_back(img.rgb[i] << 16 | img.rgb[i + 1] << 8 | img.rgb[i + 2]);
-  std::sort(c.begin(), c.end());
-  return static_cast<std::size_t>(std::unique(c.begin(), c.end()) - c.begin());
-}
-
-std::size_t count(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (auto pos = text.find(what); pos != std::string::npos;
-       pos = text.find(what, pos + what.size()))
-    ++n;
-  return n;
-}
-
-Heatmap sample_heatmap(const std::string& title) {
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  Heatmap h;
-  h.title = title;
-  h.row_labels = {"site 1", "site 2", "site 3"};
-  h.col_labels = {"embedding", "block 1", "block 2", "block 3"};
-  h.row_axis = "routing site";
-  h.col_axis = "source";
-  h.values = {0.9, 0.1, nan, nan, 0.2, 0.5, 0.3, nan, 0.0, 0.25, 0.25, 0.5};
-  return h;
 }
 
 }  // namespace
@@ -505,193 +402,4 @@ TEST_CASE("atomic save: text files are written whole, and failures name the path
   CHECK(dir.entries() == std::vector<std::string>{"curve.csv"});
   const std::string bad = dir.file("missing/curve.csv");
   CHECK_THROWS_WITH(write_text_file_atomic(bad, "x"), Catch::StartsWith(bad + ": "));
-  CHECK_THROWS_WITH(write_heatmap_png(dir.file("missing/h.png"), {sample_heatmap("h")}, "t"),
-                    Catch::StartsWith(dir.file("missing/h.png") + ": "));
-}
-
-// =============================================================================================
-// figures
-// =============================================================================================
-
-TEST_CASE("figures: nice_ticks steps by 1, 2 or 5 × 10^k within the range", "[figures]") {
-  struct Case {
-    double lo, hi;
-    int max_ticks;
-  };
-  const Case c =
-      GENERATE(Case{0, 1, 6}, Case{0, 0.37, 6}, Case{-3.2, 17.9, 5}, Case{0.11, 0.19, 4},
-               Case{1e-7, 3e-6, 8}, Case{0, 12345, 7}, Case{-1, 1, 3}, Case{0.9, 1.1, 2});
-  CAPTURE(c.lo, c.hi, c.max_ticks);
-  const std::vector<double> t = nice_ticks(c.lo, c.hi, c.max_ticks);
-  REQUIRE(!t.empty());
-  CHECK(static_cast<int>(t.size()) <= c.max_ticks);
-  const double tol = 1e-9 * (c.hi - c.lo);
-  CHECK(t.front() >= c.lo - tol);
-  CHECK(t.back() <= c.hi + tol);
-  if (t.size() >= 2) {
-    const double step = t[1] - t[0];
-    const double mantissa = step / std::pow(10.0, std::floor(std::log10(step) + 1e-9));
-    CAPTURE(step, mantissa);
-    CHECK((std::abs(mantissa - 1) < 1e-6 || std::abs(mantissa - 2) < 1e-6 ||
-           std::abs(mantissa - 5) < 1e-6));
-    for (std::size_t i = 1; i < t.size(); ++i) CHECK(t[i] - t[i - 1] == Approx(step));
-    CHECK(std::abs(std::remainder(t[0], step)) < 1e-6 * step);  // ticks are multiples of the step
-  }
-}
-
-TEST_CASE("figures: nice_ticks gives the finest step that fits", "[figures]") {
-  const std::vector<double> t = nice_ticks(0, 1, 6);
-  REQUIRE(t.size() == 6);
-  for (int i = 0; i < 6; ++i) CHECK(t[i] == Approx(0.2 * i).margin(1e-12));
-  CHECK(nice_ticks(0, 0.37, 6).size() == 4);  // 0, 0.1, 0.2, 0.3
-  CHECK(nice_ticks(2, 2, 6) == std::vector<double>{2});
-  CHECK_THROWS_AS(nice_ticks(1, 0, 6), std::invalid_argument);
-}
-
-TEST_CASE("figures: heatmap SVG has every label and one rect per cell", "[figures]") {
-  Heatmap h0 = sample_heatmap("head 0"), h1 = sample_heatmap("head 1");
-  h1.col_labels[3] = "a<b & c";
-  const std::string svg = heatmap_svg({h0, h1}, "Routing weights, step 100");
-  CHECK(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0) == 0);
-  CHECK(svg.size() > 6);
-  CHECK(svg.substr(svg.size() - 7) == "</svg>\n");
-  CHECK(count(svg, "<text") == count(svg, "</text>"));
-  CHECK(svg.find("Routing weights, step 100") != std::string::npos);
-  for (const auto& s :
-       {"head 0", "head 1", "routing site", "source", "embedding", "block 3", "site 3"})
-    CHECK(svg.find(std::string(">") + s + "<") != std::string::npos);
-  CHECK(svg.find(">a&lt;b &amp; c<") != std::string::npos);
-  CHECK(count(svg, "class=\"cell\"") == 2 * 12);
-  CHECK(count(svg, "class=\"cell\" x=") == 2 * 12);
-  CHECK(count(svg, "fill=\"url(#na)\"") >= 2 * 3);  // 3 NaN cells per panel (+ the legend swatch)
-  CHECK(svg.find(">0.90<") != std::string::npos);   // annotations
-  h0.annotate = h1.annotate = false;
-  CHECK(heatmap_svg({h0, h1}, "").find(">0.90<") == std::string::npos);
-}
-
-TEST_CASE("figures: heatmaps with inconsistent input are refused", "[figures]") {
-  Heatmap h = sample_heatmap("head 0");
-  h.values.pop_back();
-  CHECK_THROWS_WITH(heatmap_svg({h}, ""),
-                    Catch::Contains("values has 11 entries, expected rows × cols = 3 × 4 = 12"));
-  h = sample_heatmap("head 0");
-  h.vmin = h.vmax = 1;
-  CHECK_THROWS_WITH(heatmap_svg({h}, ""), Catch::Contains("needs vmin < vmax"));
-  CHECK_THROWS_AS(heatmap_svg({}, ""), std::invalid_argument);
-}
-
-TEST_CASE("figures: heatmap PNG cells take viridis colours in the order of the values",
-          "[figures]") {
-  // One row 0 | 0.5 | 1, one row of NaN: the low cell must be viridis' dark purple and left of the
-  // high cell's yellow, the cell between them viridis(0.5) teal, and the NaN row grey below.
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  Heatmap h;
-  h.title = "ordering";
-  h.row_labels = {"r0", "r1"};
-  h.col_labels = {"lo", "mid", "hi"};
-  h.values = {0.0, 0.5, 1.0, nan, nan, nan};
-  h.annotate = false;
-  TempDir dir;
-  const std::string path = dir.file("order.png");
-  write_heatmap_png(path, {h}, "Heatmap ordering");
-  const Image img = decode_png(path);
-  REQUIRE(img.w > 100);
-  REQUIRE(img.h > 100);
-
-  const Blob lo = find_colour(img, 68, 1, 84, 12), hi = find_colour(img, 253, 231, 37, 12);
-  CAPTURE(lo.count, hi.count, lo.cx, hi.cx);
-  REQUIRE(lo.count >= 28 * 28);  // a whole cell, not a few pixels of the colour bar
-  REQUIRE(hi.count >= 28 * 28);
-  CHECK(lo.cx < hi.cx);
-  CHECK(std::abs(lo.cy - hi.cy) < 10);
-  const unsigned char* mid =
-      img.at(static_cast<int>((lo.cx + hi.cx) / 2), static_cast<int>((lo.cy + hi.cy) / 2));
-  CAPTURE(int(mid[0]), int(mid[1]), int(mid[2]));
-  CHECK(colour_distance(mid, 33, 145, 140) < 20);
-  const Blob grey = find_colour(img, 232, 232, 232, 4);
-  CHECK(grey.count >= 3 * 28 * 14);  // three hatched cells (about half their pixels light grey)
-  CHECK(grey.cy > lo.cy + 20);
-}
-
-TEST_CASE("figures: heatmap PNG with labels and annotations decodes", "[figures]") {
-  TempDir dir;
-  const std::string path = dir.file("heat.png");
-  Heatmap h = sample_heatmap("head α");  // non-ASCII prints as '?' in PNGs
-  write_heatmap_png(path, {sample_heatmap("head 0"), h}, "Routing weights");
-  const Image img = decode_png(path);
-  CHECK(img.w > 300);
-  CHECK(img.h > 150);
-  CHECK(distinct_colours(img) > 20);
-  CHECK(find_colour(img, 25, 25, 25, 1).count > 500);  // text
-}
-
-TEST_CASE("figures: line plot SVG has the labels, a legend and one polyline per series",
-          "[figures]") {
-  LinePlot p;
-  p.title = "Training loss";
-  p.x_label = "step";
-  p.y_label = "loss";
-  p.series.push_back({"train", {0, 1, 2, 3}, {4, 3, 2.5, 2.2}, false});
-  p.series.push_back({"validation", {0, 1, 2, 3}, {4.2, 3.3, 2.9, 2.8}, true});
-  const std::string svg = lineplot_svg(p);
-  CHECK(svg.rfind("<svg", 0) == 0);
-  for (const auto& s : {"Training loss", "step", "loss", "train", "validation"})
-    CHECK(svg.find(std::string(">") + s + "<") != std::string::npos);
-  CHECK(count(svg, "stroke=\"#1f77b4\"") == 2);  // the line and its legend sample
-  CHECK(count(svg, "stroke=\"#ff7f0e\"") == 2);
-  CHECK(count(svg, "stroke-dasharray") == 2);     // the dashed series and its legend sample
-  CHECK(svg.find(">2.5<") != std::string::npos);  // a 1-2-5 y tick
-
-  p.log_y = true;
-  p.series[0].y = {1, 0.1, 0.01, -1};  // a non-positive value is left out on a log axis
-  const std::string log_svg = lineplot_svg(p);
-  CHECK(log_svg.find(">0.01<") != std::string::npos);
-  CHECK(log_svg.find(">1<") != std::string::npos);
-
-  p.series[0].y.pop_back();
-  CHECK_THROWS_WITH(lineplot_svg(p),
-                    Catch::Contains("series 'train' has 4 x values and 3 y values"));
-}
-
-TEST_CASE("figures: line plot PNG shows each series in its colour", "[figures]") {
-  LinePlot p;
-  p.title = "Loss";
-  p.x_label = "step";
-  p.y_label = "loss";
-  Series a{"train", {}, {}, false}, b{"val", {}, {}, true};
-  for (int i = 0; i < 100; ++i) {
-    a.x.push_back(i), a.y.push_back(std::exp(-i / 30.0));
-    b.x.push_back(i), b.y.push_back(std::exp(-i / 40.0) + 0.1);
-  }
-  b.y[50] = std::numeric_limits<double>::quiet_NaN();  // breaks the line
-  p.series = {a, b};
-  TempDir dir;
-  const std::string path = dir.file("loss.png");
-  write_lineplot_png(path, p);
-  const Image img = decode_png(path);
-  CHECK(img.w == 900);
-  CHECK(img.h == 600);
-  const Blob blue = find_colour(img, 31, 119, 180, 10), orange = find_colour(img, 255, 127, 14, 10);
-  CHECK(blue.count > 500);
-  CHECK(orange.count > 300);
-  CHECK(orange.count < blue.count);  // dashed
-}
-
-TEST_CASE("figures: bar chart has one bar per value", "[figures]") {
-  BarChart c;
-  c.title = "Head disagreement";
-  c.x_label = "site";
-  c.y_label = "JS divergence";
-  c.labels = {"s1", "s2", "s3", "s4"};
-  c.values = {0.1, 0.4, -0.05, std::numeric_limits<double>::quiet_NaN()};
-  const std::string svg = barchart_svg(c);
-  CHECK(count(svg, "class=\"bar\"") == 3);
-  for (const auto& s : {"Head disagreement", "site", "JS divergence", "s1", "s4", "n/a"})
-    CHECK(svg.find(std::string(">") + s + "<") != std::string::npos);
-  TempDir dir;
-  write_barchart_png(dir.file("bars.png"), c);
-  const Image img = decode_png(dir.file("bars.png"));
-  CHECK(find_colour(img, 31, 119, 180, 1).count > 3 * 20 * 10);
-  c.values.pop_back();
-  CHECK_THROWS_WITH(barchart_svg(c), Catch::Contains("4 labels but 3 values"));
 }

@@ -1,8 +1,9 @@
 /**
  * @file test_cli.cpp
  * @brief mhar-toy end to end: a short run whose loss falls, resume equals uninterrupted, convert
- *        keeps the loss, the grad file matches finite differences, Ctrl-C and NaN handling, and
- *        each bad input's message and exit code.
+ *        keeps the loss, the grad file matches finite differences, Ctrl-C and NaN handling, the
+ *        figure formats (and a build without figures), and each bad input's message and exit
+ *        code.
  */
 #include <signal.h>
 #include <sys/wait.h>
@@ -22,6 +23,7 @@
 #include <tuple>
 
 #include "checkpoint.h"
+#include "figures.h"
 #include "memory.h"
 #include "safetensors.h"
 
@@ -102,10 +104,15 @@ TEST_CASE("a short training run lowers the loss and writes a complete run direct
   for (const char* f :
        {"config.json", "metrics.csv", "checkpoint.safetensors", "optimizer.safetensors"})
     CHECK(fs::exists(d / "run" / f));
-  for (const char* s : {"step_000000", "step_000030", "step_000060"})
-    for (const char* f :
-         {"heatmap.png", "heatmap.svg", "alpha.csv", "alpha.json", "disagreement.png"})
+  for (const char* s : {"step_000000", "step_000030", "step_000060"}) {
+    CAPTURE(s);
+    for (const char* f : {"alpha.csv", "alpha.json"})
       CHECK(fs::exists(d / "run" / "heatmaps" / s / f));
+    // The default formats, png and svg, where this build draws figures.
+    for (const char* f : {"heatmap.png", "heatmap.svg", "disagreement.png", "disagreement.svg"})
+      CHECK(fs::exists(d / "run" / "heatmaps" / s / f) == mhar::io::kFiguresBuilt);
+    CHECK_FALSE(fs::exists(d / "run" / "heatmaps" / s / "heatmap.pdf"));
+  }
   // alpha.json: H = 4 heads, rows of each site sum to one over the sources it reads
   std::ifstream in(d / "run" / "heatmaps" / "step_000060" / "alpha.json");
   const auto j = nlohmann::json::parse(in);
@@ -308,6 +315,9 @@ TEST_CASE("bad input gets a clear message and exit code 2", "[cli][bad-input]") 
       {"sample " + (d / "ok").string() + " --threads -1", "--threads must be 0 (all cores)"},
       {"heatmap " + (d / "ok").string() + " --batch 0", "--batch must be positive"},
       {"plot " + (d / "nowhere").string(), "is '"},
+      {"train" + kTinyCpu + " --format png,jpg --out " + run, "unknown figure format 'jpg'"},
+      {"heatmap " + (d / "ok").string() + " --format svg,svg", "'svg' is named twice"},
+      {"plot " + (d / "ok").string() + " --format gif", "unknown figure format 'gif'"},
       {"grad --heads 5 --d 32", "must divide d = 32"},
       {"probe " + (d / "ok").string() + " --slices 3", "--slices = 3 must divide the width d = 32"},
       {"bench routing --device cpu -N 3 -P 8 --width 10 --route-heads 4",
@@ -590,6 +600,71 @@ TEST_CASE("bench routing --device cpu times copy and both routing versions on 1 
   }
 }
 
+TEST_CASE(
+    "figures: --format chooses the files of train, heatmap and plot, and without figures "
+    "mhar-toy says so and still writes CSV and JSON",
+    "[cli][figures]") {
+  const fs::path d = scratch("formats");
+  std::string loud = kTinyCpu;  // not quiet: the note that figures are off must show
+  loud.erase(loud.find(" -q"), 3);
+  const Result r =
+      toy("train" + loud + " --heads 2 --steps 10 --heatmap-every 5 --format pdf --out " +
+          (d / "run").string());
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  const bool figs = mhar::io::kFiguresBuilt;
+  auto has = [](const fs::path& p) { return fs::exists(p); };
+  for (const char* s : {"step_000000", "step_000005", "step_000010"}) {
+    const fs::path h = d / "run" / "heatmaps" / s;
+    CAPTURE(s);
+    CHECK(has(h / "alpha.csv"));
+    CHECK(has(h / "alpha.json"));
+    CHECK(has(h / "heatmap.pdf") == figs);
+    CHECK(has(h / "disagreement.pdf") == figs);
+    CHECK_FALSE(has(h / "heatmap.png"));
+    CHECK_FALSE(has(h / "heatmap.svg"));
+  }
+  std::ifstream cfg(d / "run" / "config.json");
+  CHECK(nlohmann::json::parse(cfg).at("train").at("figure_formats") == "pdf");
+  // Without figures, train says so once, whatever the number of heatmaps.
+  std::size_t notes = 0;
+  for (auto p = r.out.find("figures are off"); p != std::string::npos;
+       p = r.out.find("figures are off", p + 1))
+    ++notes;
+  CHECK(notes == (figs ? 0u : 1u));
+
+  // --resume keeps the run's formats.
+  REQUIRE(toy("train --resume " + (d / "run").string() + " --steps 15 -q").code == 0);
+  CHECK(has(d / "run" / "heatmaps" / "step_000015" / "alpha.csv"));
+  CHECK(has(d / "run" / "heatmaps" / "step_000015" / "heatmap.pdf") == figs);
+
+  const Result h = toy("heatmap " + (d / "run").string() + " --format svg,pdf -B 2 --data " +
+                       MHAR_DATA + " -o " + (d / "heat").string());
+  INFO(h.out);
+  CHECK(h.code == 0);
+  CHECK(has(d / "heat" / "alpha.csv"));
+  for (const char* f : {"heatmap.svg", "heatmap.pdf", "disagreement.svg", "disagreement.pdf"})
+    CHECK(has(d / "heat" / f) == figs);
+  CHECK_FALSE(has(d / "heat" / "heatmap.png"));
+  CHECK((h.out.find("figures are off") != std::string::npos) == !figs);
+
+  const Result p =
+      toy("plot " + (d / "run").string() + " --format pdf,png -o " + (d / "loss").string());
+  INFO(p.out);
+  if (figs) {
+    CHECK(p.code == 0);
+    CHECK_THAT(p.out,
+               Contains("wrote " + (d / "loss.pdf").string() + ", " + (d / "loss.png").string()));
+    CHECK(has(d / "loss.pdf"));
+    CHECK(has(d / "loss.png"));
+    CHECK_FALSE(has(d / "loss.svg"));
+  } else {
+    CHECK(p.code == 4);  // unavailable in this build
+    CHECK_THAT(p.out, Contains("figures are off"));
+    CHECK_FALSE(has(d / "loss.pdf"));
+  }
+}
+
 /// Runs `train --device cuda` on kTiny: exit 4 means this machine has no GPU (or no CUDA build).
 Result train_on_gpu(const fs::path& out, const std::string& extra) {
   return toy("train" + kTiny + " --device cuda" + extra + " --out " + out.string());
@@ -646,7 +721,11 @@ TEST_CASE("train on device cuda matches the CPU: losses to float rounding, same 
   for (const char* f :
        {"config.json", "metrics.csv", "checkpoint.safetensors", "optimizer.safetensors"})
     CHECK(fs::exists(d / "gpu" / f));
-  if (mode != "residual") CHECK(fs::exists(d / "gpu" / "heatmaps" / "step_000020" / "heatmap.png"));
+  if (mode != "residual") {
+    CHECK(fs::exists(d / "gpu" / "heatmaps" / "step_000020" / "alpha.json"));
+    CHECK(fs::exists(d / "gpu" / "heatmaps" / "step_000020" / "heatmap.png") ==
+          mhar::io::kFiguresBuilt);
+  }
   // resume on the GPU repeats the uninterrupted GPU run bit for bit (deterministic kernels)
   REQUIRE(train_on_gpu(d / "cut", " --mode " + mode + " --steps 10").code == 0);
   REQUIRE(toy("train --resume " + (d / "cut").string() + " --steps 20 -q").code == 0);

@@ -1,30 +1,28 @@
 /**
  * @file figures.cpp
- * @brief Heatmaps, line plots and bar charts, laid out once and drawn on an SVG or PNG canvas.
+ * @brief Heatmaps, line plots and bar charts, laid out once and drawn through Cairo.
  *
- * Reading order: colours → number formatting and ticks → the canvas (interface, SVG backend,
- * PNG rasteriser) → one layout function per figure → the public writers. Layout is in pixels;
- * each backend says how wide a string is in its own font, so the same layout code fits both.
- * The rasteriser is deliberately simple: axis-aligned rectangles, text as stb_easy_font quads
- * (scaled 2× or 3×), lines anti-aliased by distance to the segment. No clipping beyond the image.
+ * Reading order: colours → number formatting and ticks → the canvas (the drawing primitives on a
+ * Cairo surface) → one layout function per figure → the public writers. Layout is in pixels
+ * (points in SVG and PDF); it asks the canvas how wide each string is in DejaVu Sans, then sizes
+ * the picture, then draws. The same layout and drawing calls make the PNG, the SVG and the PDF.
  */
 #include "figures.h"
 
+#include <cairo-pdf.h>
+#include <cairo-svg.h>
+#include <cairo.h>
 #include <fmt/format.h>
-
-#include "safetensors.h"  // write_file_atomic
-
-#define STB_IMAGE_WRITE_IMPLEMENTATION
-#include <stb_easy_font.h>
-#include <stb_image_write.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <cstring>
 #include <limits>
+#include <memory>
+#include <numbers>
 #include <stdexcept>
-#include <string_view>
+
+#include "file_util.h"
 
 namespace mhar::io {
 namespace {
@@ -96,10 +94,6 @@ Rgb text_on(Rgb bg) {
   return 0.299 * bg.r + 0.587 * bg.g + 0.114 * bg.b > 140 ? kText : kWhite;
 }
 
-std::string hex(Rgb c) {
-  return fmt::format("#{:02x}{:02x}{:02x}", c.r, c.g, c.b);
-}
-
 // ---------------------------------------------------------------------------------------------
 // Numbers
 // ---------------------------------------------------------------------------------------------
@@ -140,7 +134,7 @@ Range finite_range(const std::vector<double>& v, double empty_lo, double empty_h
 }
 
 // ---------------------------------------------------------------------------------------------
-// Canvas: the drawing primitives the layouts use, with an SVG and a PNG backend
+// Canvas: the drawing primitives the layouts use, on one Cairo surface
 // ---------------------------------------------------------------------------------------------
 
 enum class Font { Small, Normal, Large };  ///< tick labels / axis labels / titles
@@ -150,32 +144,46 @@ struct Pt {
   double x, y;
 };
 
-class Canvas {
- public:
-  virtual ~Canvas() = default;
-  /// Starts a width × height picture on white.
-  virtual void begin(int width, int height) = 0;
-  virtual double text_width(const std::string& s, Font f) const = 0;
-  /// Vertical room one line of text needs.
-  virtual double line_height(Font f) const = 0;
-  /// (x, y) is the anchor: `align` along the text, vertically centred. Vertical text reads upwards.
-  virtual void text(double x, double y, const std::string& s, Font f, Rgb c, Align align,
-                    bool vertical = false) = 0;
-  /// `cls` names the element in SVG (tests count class="cell" and class="bar").
-  virtual void rect(double x, double y, double w, double h, Rgb fill,
-                    const char* cls = nullptr) = 0;
-  /// A "not applicable" rectangle: light grey, hatched.
-  virtual void na_rect(double x, double y, double w, double h, const char* cls = nullptr) = 0;
-  virtual void polyline(const std::vector<Pt>& pts, Rgb c, double width, bool dashed = false) = 0;
-  /// A vertical viridis gradient, 1 at the top, 0 at the bottom.
-  virtual void colour_bar(double x, double y, double w, double h) = 0;
+/// Font size in pixels (1 px = 1 pt in SVG and PDF) and weight.
+double font_px(Font f) {
+  return f == Font::Small ? 12 : f == Font::Normal ? 14 : 17;
+}
 
-  void frame(double x, double y, double w, double h, Rgb c) {
-    polyline({{x, y}, {x + w, y}, {x + w, y + h}, {x, y + h}, {x, y}}, c, 1);
+/// `s` with every byte that is not part of well-formed UTF-8 replaced by U+FFFD: Cairo refuses
+/// malformed strings (and a run directory's name, in a legend, may be any bytes).
+std::string valid_utf8(const std::string& s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    const std::size_t n = b < 0x80         ? 1
+                          : (b >> 5) == 6  ? 2
+                          : (b >> 4) == 14 ? 3
+                          : (b >> 3) == 30 ? 4
+                                           : 0;
+    bool ok = n > 0 && i + n <= s.size();
+    for (std::size_t k = 1; ok && k < n; ++k)
+      ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
+    if (ok && n > 1) {  // no overlong forms, surrogates or code points past U+10FFFF
+      char32_t cp = b & (0x7F >> n);
+      for (std::size_t k = 1; k < n; ++k)
+        cp = cp << 6 | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+      ok = cp >= (n == 2   ? 0x80u
+                  : n == 3 ? 0x800u
+                           : 0x10000u) &&
+           cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
+    }
+    if (ok) {
+      out.append(s, i, n);
+      i += n;
+    } else {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    }
   }
-};
+  return out;
+}
 
-/// Dash pattern shared by both backends, in pixels, for a line of width w.
+/// Dash pattern, in pixels, for a line of width w.
 struct Dash {
   double on, off;
 };
@@ -183,303 +191,204 @@ Dash dash_pattern(double w) {
   return {3 * w + 3, 2 * w + 2};
 }
 
-/// Number of code points of a UTF-8 string.
-std::size_t utf8_length(const std::string& s) {
-  return static_cast<std::size_t>(std::count_if(
-      s.begin(), s.end(), [](char ch) { return (static_cast<unsigned char>(ch) & 0xC0) != 0x80; }));
+/// Cairo's write callback: appends to a std::string.
+cairo_status_t append_bytes(void* closure, const unsigned char* data, unsigned int length) {
+  try {
+    static_cast<std::string*>(closure)->append(reinterpret_cast<const char*>(data), length);
+  } catch (const std::bad_alloc&) {
+    return CAIRO_STATUS_NO_MEMORY;
+  }
+  return CAIRO_STATUS_SUCCESS;
 }
 
-class SvgCanvas final : public Canvas {
- public:
-  void begin(int width, int height) override {
-    width_ = width;
-    height_ = height;
-    body_.clear();
-  }
-  static double font_px(Font f) { return f == Font::Small ? 11 : f == Font::Normal ? 13 : 16; }
-  // A generous average advance for sans-serif fonts (DejaVu Sans digits are 0.64 em).
-  double text_width(const std::string& s, Font f) const override {
-    return 0.62 * font_px(f) * static_cast<double>(utf8_length(s));
-  }
-  double line_height(Font f) const override { return std::ceil(1.35 * font_px(f)); }
+struct SurfaceDeleter {
+  void operator()(cairo_surface_t* s) const { cairo_surface_destroy(s); }
+};
+struct ContextDeleter {
+  void operator()(cairo_t* c) const { cairo_destroy(c); }
+};
+using Surface = std::unique_ptr<cairo_surface_t, SurfaceDeleter>;
+using Context = std::unique_ptr<cairo_t, ContextDeleter>;
 
+/// A figure on one Cairo surface (image for PNG, SVG or PDF). Layout code measures text first
+/// (text_width, line_height: Cairo's extents of the string in DejaVu Sans), then calls begin()
+/// with the size it found, then draws; finish() returns the encoded file.
+class Canvas {
+ public:
+  explicit Canvas(Format format)
+      : format_(format),
+        measure_surface_(cairo_image_surface_create(CAIRO_FORMAT_RGB24, 1, 1)),
+        measure_(cairo_create(measure_surface_.get())) {
+    setup(measure_.get());
+  }
+
+  /// Starts a width × height picture on white.
+  void begin(int width, int height) {
+    switch (format_) {
+      case Format::png:
+        surface_.reset(cairo_image_surface_create(CAIRO_FORMAT_RGB24, width, height));
+        break;
+      case Format::svg:
+        surface_.reset(cairo_svg_surface_create_for_stream(append_bytes, &bytes_, width, height));
+        cairo_svg_surface_set_document_unit(surface_.get(), CAIRO_SVG_UNIT_PX);
+        break;
+      case Format::pdf:
+        surface_.reset(cairo_pdf_surface_create_for_stream(append_bytes, &bytes_, width, height));
+        cairo_pdf_surface_set_metadata(surface_.get(), CAIRO_PDF_METADATA_CREATOR, "mhar-toy");
+        break;
+    }
+    cr_.reset(cairo_create(surface_.get()));
+    setup(cr_.get());
+    set_colour(kWhite);
+    cairo_paint(cr_.get());
+  }
+
+  /// The advance of `s` in font f, in pixels (cairo_text_extents).
+  double text_width(const std::string& s, Font f) const {
+    if (s.empty()) return 0;
+    use_font(measure_.get(), f);
+    cairo_text_extents_t e;
+    cairo_text_extents(measure_.get(), valid_utf8(s).c_str(), &e);
+    return e.x_advance;
+  }
+  /// Vertical room one line of text needs: the font's line spacing (cairo_font_extents).
+  double line_height(Font f) const {
+    use_font(measure_.get(), f);
+    cairo_font_extents_t e;
+    cairo_font_extents(measure_.get(), &e);
+    return std::ceil(e.height) + 2;
+  }
+
+  /// (x, y) is the anchor: `align` along the text, and the middle of a capital letter's height.
+  /// Vertical text reads upwards.
   void text(double x, double y, const std::string& s, Font f, Rgb c, Align align,
-            bool vertical) override {
-    const char* anchor = align == Align::Start    ? "start"
-                         : align == Align::Middle ? "middle"
-                                                  : "end";
-    body_ += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" font-size="{}" text-anchor="{}")"
-                         R"( dominant-baseline="central" fill="{}")",
-                         x, y, font_px(f), anchor, hex(c));
-    if (f == Font::Large) body_ += R"( font-weight="bold")";
-    if (vertical) body_ += fmt::format(R"~( transform="rotate(-90 {:.1f} {:.1f})")~", x, y);
-    body_ += '>';
-    body_ += escape(s);
-    body_ += "</text>\n";
+            bool vertical = false) {
+    if (s.empty()) return;
+    const double w = text_width(s, f);
+    cairo_t* cr = cr_.get();
+    cairo_save(cr);
+    use_font(cr, f);
+    set_colour(c);
+    cairo_translate(cr, x, y);
+    if (vertical) cairo_rotate(cr, -std::numbers::pi / 2);
+    cairo_move_to(cr,
+                  align == Align::Start    ? 0.0
+                  : align == Align::Middle ? -w / 2
+                                           : -w,
+                  cap_height(f) / 2);
+    cairo_show_text(cr, valid_utf8(s).c_str());
+    cairo_restore(cr);
   }
-  void rect(double x, double y, double w, double h, Rgb fill, const char* cls) override {
-    rect_with(x, y, w, h, hex(fill), cls);
+  void rect(double x, double y, double w, double h, Rgb fill) {
+    set_colour(fill);
+    cairo_rectangle(cr_.get(), x, y, w, h);
+    cairo_fill(cr_.get());
   }
-  void na_rect(double x, double y, double w, double h, const char* cls) override {
-    rect_with(x, y, w, h, "url(#na)", cls);
+  /// A "not applicable" rectangle: light grey with diagonal hatching. The hatch lines are
+  /// x + y = 8k in page coordinates, so neighbouring cells join up.
+  void na_rect(double x, double y, double w, double h) {
+    cairo_t* cr = cr_.get();
+    cairo_save(cr);
+    cairo_rectangle(cr, x, y, w, h);
+    cairo_clip(cr);
+    set_colour(kNaFill);
+    cairo_paint(cr);
+    set_colour(kNaHatch);
+    cairo_set_line_width(cr, 1.5);
+    for (double k = std::floor((x + y) / 8) * 8; k <= x + w + y + h; k += 8) {
+      cairo_move_to(cr, k - y, y);
+      cairo_line_to(cr, k - y - h, y + h);
+    }
+    cairo_stroke(cr);
+    cairo_restore(cr);
   }
-  void polyline(const std::vector<Pt>& pts, Rgb c, double width, bool dashed) override {
+  void polyline(const std::vector<Pt>& pts, Rgb c, double width, bool dashed = false) {
     if (pts.empty()) return;
-    body_ += fmt::format(R"(<polyline fill="none" stroke="{}" stroke-width="{}")"
-                         R"( stroke-linejoin="round" stroke-linecap="round")",
-                         hex(c), width);
+    cairo_t* cr = cr_.get();
+    // 1-pixel axis-parallel lines (axes, ticks, grid) on pixel centres, so they stay sharp.
+    bool axis_parallel = width == 1;
+    for (std::size_t i = 1; i < pts.size(); ++i)
+      axis_parallel = axis_parallel && (pts[i].x == pts[i - 1].x || pts[i].y == pts[i - 1].y);
+    auto snap = [&](double v) { return axis_parallel ? std::floor(v) + 0.5 : v; };
+    cairo_new_path(cr);
+    cairo_move_to(cr, snap(pts[0].x), snap(pts[0].y));
+    for (const Pt& p : pts) cairo_line_to(cr, snap(p.x), snap(p.y));  // a lone point: a dot
+    set_colour(c);
+    cairo_set_line_width(cr, width);
+    cairo_set_line_join(cr, CAIRO_LINE_JOIN_ROUND);
+    cairo_set_line_cap(cr, dashed || axis_parallel ? CAIRO_LINE_CAP_BUTT : CAIRO_LINE_CAP_ROUND);
     if (dashed) {
       const Dash d = dash_pattern(width);
-      body_ += fmt::format(R"( stroke-dasharray="{} {}")", d.on, d.off);
+      const double pattern[] = {d.on, d.off};
+      cairo_set_dash(cr, pattern, 2, 0);
     }
-    body_ += R"( points=")";
-    for (const Pt& p : pts) body_ += fmt::format("{:.1f},{:.1f} ", p.x, p.y);
-    // A lone point becomes a zero-length segment, which round caps draw as a dot.
-    if (pts.size() == 1) body_ += fmt::format("{:.1f},{:.1f}", pts[0].x, pts[0].y);
-    body_ += "\"/>\n";
+    cairo_stroke(cr);
+    cairo_set_dash(cr, nullptr, 0, 0);
   }
-  void colour_bar(double x, double y, double w, double h) override {
-    rect_with(x, y, w, h, "url(#viridis)", nullptr);
+  /// A vertical viridis gradient, 1 at the top, 0 at the bottom.
+  void colour_bar(double x, double y, double w, double h) {
+    cairo_pattern_t* g = cairo_pattern_create_linear(0, y + h, 0, y);
+    for (std::size_t i = 0; i < kViridis.size(); ++i) {
+      const Rgb c = kViridis[i];
+      cairo_pattern_add_color_stop_rgb(g, static_cast<double>(i) / (kViridis.size() - 1),
+                                       c.r / 255.0, c.g / 255.0, c.b / 255.0);
+    }
+    cairo_rectangle(cr_.get(), x, y, w, h);
+    cairo_set_source(cr_.get(), g);
+    cairo_fill(cr_.get());
+    cairo_pattern_destroy(g);
+  }
+  void frame(double x, double y, double w, double h, Rgb c) {
+    polyline({{x, y}, {x + w, y}, {x + w, y + h}, {x, y + h}, {x, y}}, c, 1);
   }
 
-  /// The complete document.
-  std::string finish() const {
-    std::string s = fmt::format(
-        R"(<svg xmlns="http://www.w3.org/2000/svg" width="{0}" height="{1}" viewBox="0 0 {0} {1}")"
-        R"( font-family="DejaVu Sans, Helvetica, Arial, sans-serif">)"
-        "\n<defs>\n",
-        width_, height_);
-    s += fmt::format(R"(<pattern id="na" width="6" height="6" patternUnits="userSpaceOnUse")"
-                     R"~( patternTransform="rotate(45)">)~"
-                     R"(<rect width="6" height="6" fill="{}"/>)"
-                     R"(<line x1="0" y1="0" x2="0" y2="6" stroke="{}" stroke-width="2"/></pattern>)"
-                     "\n",
-                     hex(kNaFill), hex(kNaHatch));
-    s += R"(<linearGradient id="viridis" x1="0" y1="1" x2="0" y2="0">)";
-    for (std::size_t i = 0; i < kViridis.size(); ++i)
-      s += fmt::format(R"(<stop offset="{:.4f}" stop-color="{}"/>)",
-                       static_cast<double>(i) / (kViridis.size() - 1), hex(kViridis[i]));
-    s += "</linearGradient>\n</defs>\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-    return s + body_ + "</svg>\n";
+  /// The encoded file. Throws std::runtime_error with Cairo's reason when drawing failed.
+  std::string finish() {
+    cairo_status_t status = cairo_status(cr_.get());
+    cr_.reset();
+    if (status == CAIRO_STATUS_SUCCESS) {
+      if (format_ == Format::png)
+        status = cairo_surface_write_to_png_stream(surface_.get(), append_bytes, &bytes_);
+      cairo_surface_finish(surface_.get());  // SVG and PDF write their bytes now
+      if (status == CAIRO_STATUS_SUCCESS) status = cairo_surface_status(surface_.get());
+    }
+    surface_.reset();
+    if (status != CAIRO_STATUS_SUCCESS)
+      throw std::runtime_error(fmt::format("drawing the {} failed: {}", format_name(format_),
+                                           cairo_status_to_string(status)));
+    return std::move(bytes_);
   }
 
  private:
-  static std::string escape(const std::string& s) {
-    std::string out;
-    for (char ch : s) {
-      switch (ch) {
-        case '&':
-          out += "&amp;";
-          break;
-        case '<':
-          out += "&lt;";
-          break;
-        case '>':
-          out += "&gt;";
-          break;
-        case '"':
-          out += "&quot;";
-          break;
-        default:
-          out += ch;
-      }
-    }
-    return out;
+  /// Unhinted metrics, so that a string measures the same on every surface.
+  static void setup(cairo_t* cr) {
+    cairo_font_options_t* o = cairo_font_options_create();
+    cairo_font_options_set_hint_metrics(o, CAIRO_HINT_METRICS_OFF);
+    cairo_font_options_set_hint_style(o, CAIRO_HINT_STYLE_NONE);
+    cairo_set_font_options(cr, o);
+    cairo_font_options_destroy(o);
   }
-  void rect_with(double x, double y, double w, double h, const std::string& fill, const char* cls) {
-    body_ += "<rect";
-    if (cls) body_ += fmt::format(R"( class="{}")", cls);
-    body_ += fmt::format(R"( x="{:.1f}" y="{:.1f}" width="{:.1f}" height="{:.1f}" fill="{}"/>)", x,
-                         y, w, h, fill);
-    body_ += "\n";
+  static void use_font(cairo_t* cr, Font f) {
+    cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL,
+                           f == Font::Large ? CAIRO_FONT_WEIGHT_BOLD : CAIRO_FONT_WEIGHT_NORMAL);
+    cairo_set_font_size(cr, font_px(f));
   }
+  /// Height of a capital letter: the text is centred on it.
+  double cap_height(Font f) const {
+    use_font(measure_.get(), f);
+    cairo_text_extents_t e;
+    cairo_text_extents(measure_.get(), "H", &e);
+    return -e.y_bearing;
+  }
+  void set_colour(Rgb c) { cairo_set_source_rgb(cr_.get(), c.r / 255.0, c.g / 255.0, c.b / 255.0); }
 
-  int width_ = 0, height_ = 0;
-  std::string body_;
+  Format format_;
+  Surface measure_surface_;
+  Context measure_;
+  std::string bytes_;  // what the SVG and PDF surfaces, and the PNG encoder, write
+  Surface surface_;
+  Context cr_;
 };
-
-/// The ASCII that stb_easy_font can draw: other code points become '?', control characters ' '.
-std::string printable_ascii(const std::string& s) {
-  std::string out;
-  for (char ch : s) {
-    const auto u = static_cast<unsigned char>(ch);
-    if (u >= 32 && u < 127)
-      out += ch;
-    else if (u >= 0xC0)
-      out += '?';  // lead byte of a multi-byte code point
-    else if (u < 0x80)
-      out += ' ';  // control character; continuation bytes are dropped
-  }
-  return out;
-}
-
-class PngCanvas final : public Canvas {
- public:
-  void begin(int width, int height) override {
-    width_ = width;
-    height_ = height;
-    pixels_.assign(static_cast<std::size_t>(width) * height * 3, 255);
-    coverage_.assign(static_cast<std::size_t>(width) * height, 0.0f);
-  }
-  /// stb_easy_font draws 7-unit capitals; 2× makes them 14 px, 3× for titles.
-  static int scale(Font f) { return f == Font::Large ? 3 : 2; }
-  double text_width(const std::string& s, Font f) const override {
-    std::string a = printable_ascii(s);
-    return stb_easy_font_width(a.data()) * scale(f);
-  }
-  double line_height(Font f) const override { return 11.0 * scale(f); }
-
-  void text(double x, double y, const std::string& s, Font f, Rgb c, Align align,
-            bool vertical) override {
-    std::string a = printable_ascii(s);
-    if (a.empty()) return;
-    const int sc = scale(f);
-    std::vector<char> quads(a.size() * 1000 + 64);
-    const int n =
-        stb_easy_font_print(0, 0, a.data(), nullptr, quads.data(), static_cast<int>(quads.size()));
-    const double w = text_width(s, f);
-    // Offsets of the text box from the anchor, in the text's own frame (u along, v down).
-    const long uo = std::lround(align == Align::Start ? 0.0 : align == Align::Middle ? -w / 2 : -w);
-    const long vo = std::lround(-3.5 * sc);  // capitals span v = 0..7 units: centre them
-    const long X = std::lround(x), Y = std::lround(y);
-    for (int q = 0; q < n; ++q) {
-      float v0[4], v2[4];  // the quad's first and third vertices are opposite corners
-      std::memcpy(v0, quads.data() + (4 * q) * 16, sizeof v0);
-      std::memcpy(v2, quads.data() + (4 * q + 2) * 16, sizeof v2);
-      const long u0 = uo + std::lround(std::min(v0[0], v2[0]) * sc),
-                 u1 = uo + std::lround(std::max(v0[0], v2[0]) * sc);
-      const long t0 = vo + std::lround(std::min(v0[1], v2[1]) * sc),
-                 t1 = vo + std::lround(std::max(v0[1], v2[1]) * sc);
-      if (vertical)  // rotate by −90°: along the text is up the page, down the glyph is right
-        fill(X + t0, Y - u1, X + t1, Y - u0, c);
-      else
-        fill(X + u0, Y + t0, X + u1, Y + t1, c);
-    }
-  }
-  void rect(double x, double y, double w, double h, Rgb c, const char*) override {
-    fill(std::lround(x), std::lround(y), std::lround(x + w), std::lround(y + h), c);
-  }
-  void na_rect(double x, double y, double w, double h, const char*) override {
-    const long x0 = std::lround(x), y0 = std::lround(y), x1 = std::lround(x + w),
-               y1 = std::lround(y + h);
-    fill(x0, y0, x1, y1, kNaFill);
-    // Diagonal hatching in page coordinates, so that neighbouring cells join up.
-    for (long py = std::max(0L, y0); py < std::min<long>(y1, height_); ++py)
-      for (long px = std::max(0L, x0); px < std::min<long>(x1, width_); ++px)
-        if ((px + py) % 7 < 2) put(px, py, kNaHatch, 1.0);
-  }
-  void polyline(const std::vector<Pt>& pts, Rgb c, double width, bool dashed) override {
-    if (pts.empty()) return;
-    const double hw = width / 2;
-    box_ = {width_, height_, 0, 0};
-    if (!dashed) {
-      stamp(pts, hw);
-    } else {
-      for (const auto& piece : dashes(pts, dash_pattern(width))) stamp(piece, hw);
-    }
-    // Blend once per pixel with the largest coverage, so that joints are not painted twice.
-    for (long py = box_[1]; py < box_[3]; ++py)
-      for (long px = box_[0]; px < box_[2]; ++px) {
-        float& cov = coverage_[static_cast<std::size_t>(py) * width_ + px];
-        if (cov > 0) put(px, py, c, cov);
-        cov = 0;
-      }
-  }
-  void colour_bar(double x, double y, double w, double h) override {
-    const long x0 = std::lround(x), y0 = std::lround(y), x1 = std::lround(x + w),
-               y1 = std::lround(y + h);
-    for (long py = y0; py < y1; ++py)
-      fill(x0, py, x1, py + 1,
-           viridis(1.0 - (static_cast<double>(py - y0) + 0.5) / static_cast<double>(y1 - y0)));
-  }
-
-  int width() const { return width_; }
-  int height() const { return height_; }
-  const std::vector<unsigned char>& pixels() const { return pixels_; }
-
- private:
-  void put(long px, long py, Rgb c, double a) {
-    unsigned char* p = &pixels_[(static_cast<std::size_t>(py) * width_ + px) * 3];
-    const unsigned char src[3] = {c.r, c.g, c.b};
-    for (int k = 0; k < 3; ++k)
-      p[k] = static_cast<unsigned char>(std::lround(p[k] + a * (src[k] - p[k])));
-  }
-  /// Fills pixels [x0, x1) × [y0, y1), clipped to the image.
-  void fill(long x0, long y0, long x1, long y1, Rgb c) {
-    for (long py = std::max(0L, y0); py < std::min<long>(y1, height_); ++py)
-      for (long px = std::max(0L, x0); px < std::min<long>(x1, width_); ++px) put(px, py, c, 1.0);
-  }
-  /// Coverage of a polyline of half-width hw: 1 inside, fading over one pixel at the edge.
-  void stamp(const std::vector<Pt>& pts, double hw) {
-    // Segments i → i+1; a lone point is a zero-length segment, drawn as a dot.
-    const std::size_t segments = std::max<std::size_t>(pts.size() - 1, 1);
-    for (std::size_t i = 0; i < segments; ++i) {
-      const Pt a = pts[i], b = pts[std::min(i + 1, pts.size() - 1)];
-      const long x0 = std::max(0L, static_cast<long>(std::floor(std::min(a.x, b.x) - hw - 1)));
-      const long x1 =
-          std::min<long>(width_, static_cast<long>(std::ceil(std::max(a.x, b.x) + hw + 1)));
-      const long y0 = std::max(0L, static_cast<long>(std::floor(std::min(a.y, b.y) - hw - 1)));
-      const long y1 =
-          std::min<long>(height_, static_cast<long>(std::ceil(std::max(a.y, b.y) + hw + 1)));
-      box_ = {std::min(box_[0], x0), std::min(box_[1], y0), std::max(box_[2], x1),
-              std::max(box_[3], y1)};
-      const double dx = b.x - a.x, dy = b.y - a.y, len2 = dx * dx + dy * dy;
-      for (long py = y0; py < y1; ++py)
-        for (long px = x0; px < x1; ++px) {
-          const double cx = px + 0.5 - a.x, cy = py + 0.5 - a.y;
-          const double t = len2 > 0 ? std::clamp((cx * dx + cy * dy) / len2, 0.0, 1.0) : 0.0;
-          const double d = std::hypot(cx - t * dx, cy - t * dy);
-          const auto cov = static_cast<float>(std::clamp(hw + 0.5 - d, 0.0, 1.0));
-          float& slot = coverage_[static_cast<std::size_t>(py) * width_ + px];
-          slot = std::max(slot, cov);
-        }
-    }
-  }
-  /// The "on" pieces of a dashed polyline.
-  static std::vector<std::vector<Pt>> dashes(const std::vector<Pt>& pts, Dash pattern) {
-    std::vector<std::vector<Pt>> out{{pts[0]}};
-    bool on = true;
-    double left = pattern.on;  // length left in the current dash or gap
-    for (std::size_t i = 1; i < pts.size(); ++i) {
-      Pt a = pts[i - 1];
-      const Pt b = pts[i];
-      double seg = std::hypot(b.x - a.x, b.y - a.y);
-      while (seg > left) {
-        const double f = left / seg;
-        a = {a.x + f * (b.x - a.x), a.y + f * (b.y - a.y)};
-        seg -= left;
-        if (on)
-          out.back().push_back(a);
-        else
-          out.push_back({a});
-        on = !on;
-        left = on ? pattern.on : pattern.off;
-      }
-      left -= seg;
-      if (on) out.back().push_back(b);
-    }
-    return out;
-  }
-
-  int width_ = 0, height_ = 0;
-  std::vector<unsigned char> pixels_;  // RGB, row-major
-  std::vector<float> coverage_;        // scratch for polyline(), all zero between calls
-  std::array<long, 4> box_{};          // x0, y0, x1, y1 touched by the current polyline
-};
-
-/// Encodes the canvas as PNG and writes it atomically.
-void write_png(const std::string& path, const PngCanvas& canvas) {
-  std::string png;
-  auto append = [](void* ctx, void* data, int size) {
-    static_cast<std::string*>(ctx)->append(static_cast<const char*>(data),
-                                           static_cast<std::size_t>(size));
-  };
-  if (!stbi_write_png_to_func(append, &png, canvas.width(), canvas.height(), 3,
-                              canvas.pixels().data(), canvas.width() * 3))
-    throw std::runtime_error(path + ": PNG encoding failed (" + std::to_string(canvas.width()) +
-                             "×" + std::to_string(canvas.height()) + " pixels)");
-  write_text_file_atomic(path, png);
-}
 
 // ---------------------------------------------------------------------------------------------
 // Heatmaps
@@ -593,11 +502,11 @@ void draw_heatmaps(Canvas& cv, const std::vector<Heatmap>& panels, const std::st
         const double cx = b.grid_x + cw * static_cast<double>(c),
                      cy = grid_y + ch * static_cast<double>(r);
         if (std::isnan(v)) {
-          cv.na_rect(cx, cy, cw - 1, ch - 1, "cell");
+          cv.na_rect(cx, cy, cw - 1, ch - 1);
           continue;
         }
         const Rgb col = viridis((v - lo) / (hi - lo));
-        cv.rect(cx, cy, cw - 1, ch - 1, col, "cell");
+        cv.rect(cx, cy, cw - 1, ch - 1, col);
         if (annotate && p.annotate)
           cv.text(cx + (cw - 1) / 2, cy + (ch - 1) / 2, fixed(v, decimals), Font::Small,
                   text_on(col), Align::Middle);
@@ -736,8 +645,9 @@ void draw_lineplot(Canvas& cv, const LinePlot& plot) {
   xr = {xr.lo - xm, xr.hi + xm};
   yr = {yr.lo - ym, yr.hi + ym};
 
-  // 2. Margins from the text they hold; fixed 900 × 600 picture.
-  const double W = 900, H = 600, lh = cv.line_height(Font::Small);
+  // 2. Margins from the text they hold; a 900 × 600 picture, wider when the title needs it.
+  const double W = std::max(900.0, std::ceil(cv.text_width(plot.title, Font::Large) + 2 * kPad));
+  const double H = 600, lh = cv.line_height(Font::Small);
   const double top = kPad + (plot.title.empty() ? 0 : cv.line_height(Font::Large) + 8);
   const double bottom =
       H - kPad - (plot.x_label.empty() ? 0 : cv.line_height(Font::Normal) + 4) - lh - 8;
@@ -797,15 +707,16 @@ void draw_barchart(Canvas& cv, const BarChart& chart) {
   const double ym = 0.1 * (yr.hi - yr.lo);
   yr = {yr.lo < 0 ? yr.lo - ym : 0.0, yr.hi > 0 ? yr.hi + ym : 0.0};
 
-  // 2. One slot of at least 48 px per bar, 600 px wide at least; category labels vertical when
-  //    wider than their slot.
+  // 2. One slot of at least 48 px per bar, 600 px wide at least (more when the title needs it);
+  //    category labels vertical when wider than their slot.
   const Ticks yt = linear_ticks(yr, 6);
   const double step = yt.values.size() > 1 ? yt.values[1] - yt.values[0] : 1;
   double ytick_w = 0;
   for (const auto& l : yt.labels) ytick_w = std::max(ytick_w, cv.text_width(l, Font::Small));
   const double left = std::round(
       kPad + (chart.y_label.empty() ? 0 : cv.line_height(Font::Normal) + 6) + ytick_w + 8);
-  const double W = std::max(600.0, left + 48 * static_cast<double>(n) + kPad);
+  const double W = std::max({600.0, left + 48 * static_cast<double>(n) + kPad,
+                             std::ceil(cv.text_width(chart.title, Font::Large) + 2 * kPad)});
   const double right = W - kPad,
                bar_slot = (right - left) / std::max<double>(1, static_cast<double>(n));
   double label_w = 0;
@@ -827,7 +738,7 @@ void draw_barchart(Canvas& cv, const BarChart& chart) {
     const double bw = std::min(bar_slot * 0.7, 60.0);
     if (std::isfinite(v)) {
       const double y = ax.py(v);
-      cv.rect(cx - bw / 2, std::min(y, zero), bw, std::abs(zero - y), series_colour(0), "bar");
+      cv.rect(cx - bw / 2, std::min(y, zero), bw, std::abs(zero - y), series_colour(0));
       cv.text(cx, v >= 0 ? y - lh / 2 - 2 : y + lh / 2 + 2, tick_label(v, step / 10), Font::Small,
               kText, Align::Middle);
     } else {
@@ -872,46 +783,46 @@ std::vector<double> nice_ticks(double lo, double hi, int max_ticks) {
     }
 }
 
-std::string heatmap_svg(const std::vector<Heatmap>& panels, const std::string& suptitle) {
-  SvgCanvas cv;
-  draw_heatmaps(cv, panels, suptitle);
-  return cv.finish();
+namespace {
+
+/// Draws a figure once per format (`draw` lays it out and draws it on the canvas given) and
+/// writes each file atomically.
+template <typename Draw>
+std::vector<std::string> write_formats(const std::string& stem, const std::vector<Format>& formats,
+                                       const Draw& draw) {
+  std::vector<std::string> paths;
+  for (Format f : formats) {
+    Canvas cv(f);
+    draw(cv);
+    const std::string path = stem + "." + format_name(f);
+    std::string bytes;
+    try {
+      bytes = cv.finish();
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error(path + ": " + e.what());
+    }
+    write_text_file_atomic(path, bytes);
+    paths.push_back(path);
+  }
+  return paths;
 }
 
-void write_heatmap_png(const std::string& path, const std::vector<Heatmap>& panels,
-                       const std::string& suptitle) {
-  PngCanvas cv;
-  draw_heatmaps(cv, panels, suptitle);
-  write_png(path, cv);
+}  // namespace
+
+std::vector<std::string> write_heatmaps(const std::string& stem, const std::vector<Format>& formats,
+                                        const std::vector<Heatmap>& panels,
+                                        const std::string& suptitle) {
+  return write_formats(stem, formats, [&](Canvas& cv) { draw_heatmaps(cv, panels, suptitle); });
 }
 
-std::string lineplot_svg(const LinePlot& plot) {
-  SvgCanvas cv;
-  draw_lineplot(cv, plot);
-  return cv.finish();
+std::vector<std::string> write_lineplot(const std::string& stem, const std::vector<Format>& formats,
+                                        const LinePlot& plot) {
+  return write_formats(stem, formats, [&](Canvas& cv) { draw_lineplot(cv, plot); });
 }
 
-void write_lineplot_png(const std::string& path, const LinePlot& plot) {
-  PngCanvas cv;
-  draw_lineplot(cv, plot);
-  write_png(path, cv);
-}
-
-std::string barchart_svg(const BarChart& chart) {
-  SvgCanvas cv;
-  draw_barchart(cv, chart);
-  return cv.finish();
-}
-
-void write_barchart_png(const std::string& path, const BarChart& chart) {
-  PngCanvas cv;
-  draw_barchart(cv, chart);
-  write_png(path, cv);
-}
-
-void write_text_file_atomic(const std::string& path, const std::string& content) {
-  const std::string_view pieces[] = {content};
-  write_file_atomic(path, pieces);
+std::vector<std::string> write_barchart(const std::string& stem, const std::vector<Format>& formats,
+                                        const BarChart& chart) {
+  return write_formats(stem, formats, [&](Canvas& cv) { draw_barchart(cv, chart); });
 }
 
 }  // namespace mhar::io

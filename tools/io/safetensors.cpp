@@ -1,17 +1,16 @@
 /**
  * @file safetensors.cpp
- * @brief The safetensors reader and writer (layout in safetensors.h) and the atomic file write.
+ * @brief The safetensors reader and writer (layout in safetensors.h).
  *
  * The reader loads the whole file into memory (checkpoints of the toy model are small), then
  * checks, in order: the 8-byte length field, the header's size against the file, the JSON, every
  * entry (dtype, shape, offsets, shape × itemsize = offsets span), and last that every tensor lies
- * inside the data area. POSIX calls (open/read/write/fsync/rename) so that each failure has an
- * errno.
+ * inside the data area. POSIX calls (open/read) so that each failure has an errno; files are
+ * written through write_file_atomic (file_util.h).
  */
 #include "safetensors.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,7 +21,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
-#include <system_error>
+#include <string_view>
+
+#include "file_util.h"
 
 namespace mhar::io {
 
@@ -43,10 +44,6 @@ template <typename... Parts>
   os << path << ": ";
   (os << ... << parts);
   throw FormatError(os.str());
-}
-
-[[noreturn]] void os_error(const std::string& path, const std::string& what, int err) {
-  throw std::system_error(err, std::generic_category(), path + ": " + what);
 }
 
 std::string shape_string(const std::vector<int64_t>& shape) {
@@ -353,40 +350,6 @@ SafeTensors load_safetensors(const std::string& path) {
     st.tensors.emplace_back(std::move(e.name), std::move(e.tensor));
   }
   return st;
-}
-
-void write_file_atomic(const std::string& path, std::span<const std::string_view> pieces) {
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) os_error(path, "cannot create the temporary file " + tmp, errno);
-  // Any failure from here on removes the temporary file before throwing.
-  auto fail = [&](const std::string& what, int err, bool close_fd) {
-    if (close_fd) ::close(fd);
-    ::unlink(tmp.c_str());
-    os_error(path, what, err);
-  };
-  for (std::string_view piece : pieces) {
-    while (!piece.empty()) {
-      const ssize_t w = ::write(fd, piece.data(), piece.size());
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) fail("cannot write " + tmp, errno, true);
-      piece.remove_prefix(static_cast<std::size_t>(w));
-    }
-  }
-  if (::fsync(fd) != 0) fail("cannot fsync " + tmp, errno, true);
-  if (::close(fd) != 0) fail("cannot close " + tmp, errno, false);
-  if (::rename(tmp.c_str(), path.c_str()) != 0)
-    fail("cannot rename " + tmp + " over it", errno, false);
-  // Make the rename itself durable; best effort, the new file is complete either way.
-  const std::size_t slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "."
-                          : slash == 0               ? "/"
-                                                     : path.substr(0, slash);
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
 }
 
 }  // namespace mhar::io

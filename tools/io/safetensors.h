@@ -27,10 +27,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
-#include <span>
 #include <stdexcept>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -78,19 +76,13 @@ struct SafeTensors {
   const Tensor* find(const std::string& name) const;
 };
 
-/// Writes `st` to `path` atomically (see write_file_atomic). Throws FormatError (message starts
-/// with the path) for an invalid tensor (unknown dtype, byte count ≠ numel × itemsize, empty or
-/// duplicate name, the reserved name "__metadata__") and std::system_error when writing fails.
+/// Writes `st` to `path` atomically (write_file_atomic, file_util.h). Throws FormatError (message
+/// starts with the path) for an invalid tensor (unknown dtype, byte count ≠ numel × itemsize, empty
+/// or duplicate name, the reserved name "__metadata__") and std::system_error when writing fails.
 void save_safetensors(const std::string& path, const SafeTensors& st);
 
 /// Reads and validates `path`; tensors come back in the order of their data offsets (which is
 /// the insertion order of the writer). Throws FormatError("<path>: ...") on any problem.
 SafeTensors load_safetensors(const std::string& path);
-
-/// Writes the concatenation of `pieces` to `path` so that `path` is never half-written: the data
-/// goes to "<path>.tmp-<pid>" in the same directory, every write is checked, the file is
-/// fsync'ed and closed, then renamed over `path`. On failure the temporary file is removed,
-/// `path` is left as it was, and std::system_error("<path>: <what failed>: <OS error>") is thrown.
-void write_file_atomic(const std::string& path, std::span<const std::string_view> pieces);
 
 }  // namespace mhar::io
