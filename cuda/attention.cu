@@ -22,7 +22,7 @@
  *             (the softmax Jacobian diag(p) − p pᵀ; the · scale is from (1))
  *   from (1)  dq[t] = Σ_{s≤t} ds[t,s] · k[s];    dk[s] = Σ_{h→g} Σ_{t≥s} ds[t,s] · q[t]
  *
- * Versions (STYLE.md §6):
+ * Versions (docs/style.md §6):
  * 1 Rows — the reference's loops, a warp per row, no tiling:
  *   attention_forward_rows    one warp per query row (b, h, t), 8 rows a block. Lanes over the
  *                             keys s ≤ t for (1)–(2), the scores parked in the row of probs

@@ -5,7 +5,7 @@
  *        attention_forward / attention_backward (reference/layers.h), same names and argument
  *        order.
  *
- * Dimension letters (DESIGN.md §1–2): B sequences, T tokens per sequence, P = B·T positions,
+ * Dimension letters (docs/design.md §1–2): B sequences, T tokens per sequence, P = B·T positions,
  * hd head width; n_head query heads share n_kv_head key/value heads, G = n_head / n_kv_head
  * query heads per key/value head: query head h reads key/value head h / G.
  *
@@ -32,7 +32,7 @@
 namespace mhar::cuda {
 
 /**
- * Kernel versions (STYLE.md §6):
+ * Kernel versions (docs/style.md §6):
  *   Rows = 1: the reference's loops, one warp per query row (and per key row in the backward);
  *             the teaching version and a second oracle.
  *   Gemm = 2: the reference's matrix products as cuBLAS strided-batched SGEMMs (fp32, per head,

@@ -2,7 +2,7 @@
  * @file bench_routing.h
  * @ingroup cuda
  * @brief Speed of the routing kernels (cuda/routing.cu) as bytes moved ÷ time, next to the
- *        copy bandwidth measured in the same run (DESIGN.md §4).
+ *        copy bandwidth measured in the same run (docs/design.md §4).
  *
  * A plain C++ header (no CUDA types): mhar-toy and cuda/bench_routing_main.cpp call it.
  * Bytes are what the operation must move at least, the same formula for every version, so GB/s

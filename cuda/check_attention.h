@@ -4,7 +4,7 @@
  * @brief The attention twin (cuda/attention.h) against the CPU reference, on fresh random inputs
  *        and awkward shapes: what tests/cuda asserts.
  *
- * Tolerance (STYLE.md §7), as in check_routing.h and check_layers.h: truth is reference
+ * Tolerance (docs/style.md §7), as in check_routing.h and check_layers.h: truth is reference
  * attention_forward / attention_backward (reference/layers.cpp) in double on the same float
  * inputs; ref_f_err is the largest absolute error of the same reference run in float. A GPU
  * result passes when
@@ -24,7 +24,7 @@
 
 namespace mhar::cuda {
 
-/// The dimensions of one attention call (DESIGN.md letters; cuda/attention.h).
+/// The dimensions of one attention call (docs/design.md letters; cuda/attention.h).
 struct AttentionShape {
   int B = 1;          ///< sequences
   int T = 1;          ///< tokens per sequence

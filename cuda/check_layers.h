@@ -4,7 +4,7 @@
  * @brief Every layer and optimiser twin (cuda/layers.h, cuda/linear.h, cuda/optim.h) against the CPU
  *        reference, on fresh random inputs and awkward shapes: what tests/cuda asserts.
  *
- * Tolerance (STYLE.md §7), as in check_routing.h: truth is the reference (reference/layers.cpp,
+ * Tolerance (docs/style.md §7), as in check_routing.h: truth is the reference (reference/layers.cpp,
  * reference/optim.cpp) in double on the same float inputs; ref_f_err is the largest absolute
  * error of the same reference run in float. A GPU result passes when
  *     max |gpu − truth|  <=  8 · ref_f_err + 1e-6 · max |truth|
@@ -27,7 +27,7 @@
 
 namespace mhar::cuda {
 
-/// The dimensions every layer check draws from (DESIGN.md letters).
+/// The dimensions every layer check draws from (docs/design.md letters).
 struct LayerShape {
   int P = 1;        ///< positions, a multiple of T
   int T = 1;        ///< tokens per sequence (RoPE's t = p mod T)

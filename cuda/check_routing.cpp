@@ -83,7 +83,7 @@ CheckRow compare_with_truth(const std::string& op, const std::string& version,
   const double unit = scale > 0 ? scale : 1.0;
   const double ref_err = max_abs_diff(truth, ref_float);
   const double gpu_err = max_abs_diff(truth, gpu);
-  // STYLE.md §7: a small multiple of the float reference's own error (check_routing.h says why).
+  // docs/style.md §7: a small multiple of the float reference's own error (check_routing.h says why).
   const double tol = 8.0 * ref_err + 1e-6 * scale;
   CheckRow r;
   r.op = op;

@@ -4,7 +4,7 @@
  * @brief Every routing kernel version against the CPU reference, on fresh random inputs and
  *        awkward shapes: what `mhar-toy check` prints and what tests/cuda asserts.
  *
- * Tolerance (STYLE.md §7). Truth is the reference (reference/routing.cpp) in double on the same
+ * Tolerance (docs/style.md §7). Truth is the reference (reference/routing.cpp) in double on the same
  * float inputs; ref_f_err is the largest absolute error of the same reference run in float. A
  * GPU result passes when
  *     max |gpu − truth|  <=  8 · ref_f_err + 1e-6 · max |truth|
@@ -25,7 +25,7 @@
 
 namespace mhar::cuda {
 
-/// One routing site's dimensions (DESIGN.md §1 letters).
+/// One routing site's dimensions (docs/design.md §1 letters).
 struct RoutingShape {
   int N = 1, P = 1, d = 1, H = 1;
 };

@@ -25,7 +25,7 @@
  *   loss = (1/P) Σ_p ( m_p + log z_p − logits[p, target_p] )
  *   dlogits = (probs − onehot(target)) / P
  *
- * Versions (STYLE.md §6): 1 only — the reference's loops, one warp per row where a row needs a
+ * Versions (docs/style.md §6): 1 only — the reference's loops, one warp per row where a row needs a
  * sum (RMSNorm, the softmax), one thread per element otherwise; the rest of the design is in
  * docs/kernels.md ("Layer twins"). Each arithmetic line keeps the reference's order of
  * operations, so the results differ from the float reference only by summation order.

@@ -5,7 +5,7 @@
  *        twins of reference/layers.h (RMSNorm, RoPE, the SwiGLU middle, embedding,
  *        cross-entropy), same names and argument order.
  *
- * Dimension letters (DESIGN.md §1–2): P positions (= B·T), T tokens per sequence, d model
+ * Dimension letters (docs/design.md §1–2): P positions (= B·T), T tokens per sequence, d model
  * width, f MLP hidden width, hd head width, vocab the vocabulary size.
  *
  * A plain C++ header (no CUDA types, no Eigen): g++-compiled code calls these functions with

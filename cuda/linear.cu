@@ -15,7 +15,7 @@
  *   from (2)  dgate, dup                           (cuda/layers.cu swiglu_backward)
  *   from (1)  dW_gate += xᵀ · dgate;  dW_up += xᵀ · dup;  dx = dgate · W_gateᵀ + dup · W_upᵀ
  *
- * Versions (STYLE.md §6): 1 only, cuBLAS SGEMM. Deliberately left out: fusing (2) into the GEMM
+ * Versions (docs/style.md §6): 1 only, cuBLAS SGEMM. Deliberately left out: fusing (2) into the GEMM
  * epilogue (cuBLASLt), TF32 or half precision, and a batched W_gate/W_up product — each would
  * change the bits against the fp32 reference or only pay off at widths far above the toy's.
  */

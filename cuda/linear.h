@@ -5,7 +5,7 @@
  *        reference linear_forward / linear_backward and mlp_forward / mlp_backward, same names
  *        and argument order, plus the row-major GEMM they (and the tied LM head) are built on.
  *
- * Dimension letters (DESIGN.md §2): P positions, d model width, f MLP hidden width; `in` and
+ * Dimension letters (docs/design.md §2): P positions, d model width, f MLP hidden width; `in` and
  * `out` are a linear map's input and output widths.
  *
  * A plain C++ header (no CUDA types, no Eigen): all pointers are DEVICE pointers to contiguous

@@ -13,7 +13,7 @@
  *   (1) sq += Σ_k γ_k²          grad_sq_norm, summed in double (the reference sums in double too)
  *   (2) γ ← γ · s               scale, s = max_norm / sqrt(sq) chosen by the caller
  *
- * Versions (STYLE.md §6): 1 only — one thread per element (grid-stride loops); grad_sq_norm is
+ * Versions (docs/style.md §6): 1 only — one thread per element (grid-stride loops); grad_sq_norm is
  * ⟨γ, γ⟩ through dot_add (cuda/tensor_ops.cu): per-block sums in a fixed tree, then one block
  * sums the block partials in a fixed order.
  * Deliberately left out: fusing all parameters into one launch (multi-tensor apply), half

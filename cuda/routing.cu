@@ -3,7 +3,7 @@
  * @brief Depth routing at one site on the GPU, fp32: the CUDA twin of reference/routing.cpp
  *        (routing_forward, routing_backward), step for step.
  *
- * Forward, per position p (DESIGN.md §1):
+ * Forward, per position p (docs/design.md §1):
  *   (1) r_i      = 1 / sqrt( (1/d) Σ_c S_i[p,c]² + eps )      RMS over the FULL width d
  *   (2) z_i[h]   = Σ_{c∈h} q_c · g_c · r_i · S_i[p,c]          no 1/√d, no temperature
  *   (3) α_i[h]   = exp(z_i[h]) / Σ_j exp(z_j[h])               softmax over depth, per head
@@ -19,7 +19,7 @@
  *             dg_c += Σ_{p,i} dz_i[h(c)] · q_c · r_i · S_i[p,c]
  *   with Σ_c u_i[c]·S_i[c] = Σ_h dz_i[h] · b_i[h],  b_i[h] = Σ_{c∈h} q_c g_c S_i[c].
  *
- * Versions (STYLE.md §6; docs/kernels.md gives each one's byte count):
+ * Versions (docs/style.md §6; docs/kernels.md gives each one's byte count):
  *   1 Naive  the reference's loops, one kernel per step and one thread per output element
  *            ((i,p) for r, (i,p,h) for z, (p,h) for the softmax, (p,c) for out); scratch r_i.
  *   2 Fused  same math, one team of threads per position: reads each source row once, fuses

@@ -1,10 +1,10 @@
 /**
  * @file routing.h
  * @ingroup cuda
- * @brief Depth routing at one site (DESIGN.md §1) on the GPU, fp32: the CUDA twin of
+ * @brief Depth routing at one site (docs/design.md §1) on the GPU, fp32: the CUDA twin of
  *        reference/routing.h, same names and argument order.
  *
- * Dimension letters (DESIGN.md §1): P positions, d model width, N sources, H routing heads,
+ * Dimension letters (docs/design.md §1): P positions, d model width, N sources, H routing heads,
  * K = d / H head width. Head h owns the columns [h·K, (h+1)·K).
  *
  * A plain C++ header (no CUDA types, no Eigen): g++-compiled code calls these functions with
@@ -28,7 +28,7 @@
 namespace mhar::cuda {
 
 /**
- * Kernel versions (STYLE.md §6); a version keeps its number when it becomes the default.
+ * Kernel versions (docs/style.md §6); a version keeps its number when it becomes the default.
  *   Naive = 1: a direct port of the reference loops, one thread per output element; a second
  *              oracle and the teaching version.
  *   Fused = 2: one team of threads per position reads each source row once (RMS fused, online

@@ -1,11 +1,11 @@
 /**
  * @file layers.h
  * @ingroup reference
- * @brief The tiny decoder's building blocks (DESIGN.md §2), forward and backward, CPU reference:
+ * @brief The tiny decoder's building blocks (docs/design.md §2), forward and backward, CPU reference:
  *        RMSNorm, linear, RoPE, causal grouped-query self-attention, SwiGLU MLP, embedding with
  *        the tied LM head, softmax cross-entropy.
  *
- * Conventions (STYLE.md §3): outputs first, then what is saved for the backward, then inputs,
+ * Conventions (docs/style.md §3): outputs first, then what is saved for the backward, then inputs,
  * then parameters, then dimensions. Backward functions write input gradients with `=` and
  * accumulate parameter gradients with `+=`. Activations are P × width with P = B·T positions,
  * sequence b occupying rows [b·T, (b+1)·T). Weights are in × out (y = x·W).
@@ -20,7 +20,7 @@
 
 namespace mhar {
 
-/// eps inside every RMSNorm of the model (DESIGN.md §2).
+/// eps inside every RMSNorm of the model (docs/design.md §2).
 inline constexpr double kNormEps = 1e-6;
 /// RoPE base θ.
 inline constexpr double kRopeTheta = 10000.0;

@@ -1,7 +1,7 @@
 /**
  * @file model.h
  * @ingroup reference
- * @brief The tiny Qwen3-style decoder (DESIGN.md §2) in all five residual modes, CPU reference:
+ * @brief The tiny Qwen3-style decoder (docs/design.md §2) in all five residual modes, CPU reference:
  *        configuration, parameters, forward (loss), backward (every parameter gradient).
  *
  * Byte-level vocabulary (256). Pre-norm blocks: RMSNorm → causal grouped-query attention with
@@ -92,7 +92,7 @@ struct Params {
   void for_each(F&& f) const;
 };
 
-/// Parameters with the DESIGN.md §2 initialisation: N(0, 0.02²) matrices, ones for gains,
+/// Parameters with the docs/design.md §2 initialisation: N(0, 0.02²) matrices, ones for gains,
 /// zeros for routing queries, ones for key gains, zero null source and gates.
 template <typename T>
 Params<T> init_params(const Config& cfg, Rng& rng);

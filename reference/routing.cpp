@@ -1,6 +1,6 @@
 /**
  * @file routing.cpp
- * @brief Depth routing, CPU reference: DESIGN.md §1 line by line.
+ * @brief Depth routing, CPU reference: docs/design.md §1 line by line.
  *
  * Forward, per position p (vectorised below over all P positions at once):
  *   (1) r_i      = 1 / sqrt( (1/d) Σ_c S_i[p,c]² + eps )      RMS over the FULL width d

@@ -1,7 +1,7 @@
 /**
  * @file routing.h
  * @ingroup reference
- * @brief Depth routing at one site (DESIGN.md §1): forward and backward, CPU reference.
+ * @brief Depth routing at one site (docs/design.md §1): forward and backward, CPU reference.
  *
  * A routing site mixes N earlier sub-layer outputs ("sources", each P × d) into one P × d input.
  * The pseudo-query q (d) is read as H slices of width K = d / H; head h owns the columns
@@ -23,7 +23,7 @@
 
 namespace mhar {
 
-/// eps inside the RMS of a routing key (DESIGN.md §1).
+/// eps inside the RMS of a routing key (docs/design.md §1).
 inline constexpr double kRoutingEps = 1e-6;
 
 /// What the routing forward saves for its backward.

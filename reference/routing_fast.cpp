@@ -1,6 +1,6 @@
 /**
  * @file routing_fast.cpp
- * @brief Depth routing, CPU version 2: DESIGN.md §1 one position at a time, blocks of
+ * @brief Depth routing, CPU version 2: docs/design.md §1 one position at a time, blocks of
  *        positions across OpenMP threads. The readable reference is routing.cpp (version 1).
  *
  * Version 1 runs each step over all P positions, so every step streams all N sources from

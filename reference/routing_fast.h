@@ -4,9 +4,9 @@
  * @brief Depth routing at one site, CPU version 2: the reference's math in a loop order that
  *        reads each source row from memory once, split over positions across OpenMP threads.
  *
- * CPU routing versions (STYLE.md §6; the CUDA ones are in cuda/routing.h):
+ * CPU routing versions (docs/style.md §6; the CUDA ones are in cuda/routing.h):
  *   1  routing_forward / routing_backward (routing.h): the reference, one Eigen line per step
- *      of DESIGN.md §1 over all P positions; each step re-reads every source (3 reads forward).
+ *      of docs/design.md §1 over all P positions; each step re-reads every source (3 reads forward).
  *   2  routing_forward_fast / routing_backward_fast (here): same as 1, but one position at a
  *      time, all N sources of it while they are in cache, blocks of positions across threads,
  *      and the backward's D = ⟨dout, out⟩ instead of a pass over the weights.

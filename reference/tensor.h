@@ -4,7 +4,7 @@
  * @brief The few types every reference function shares: row-major Eigen matrices, a seeded
  *        random generator, and the argument checks that turn bad shapes into clear exceptions.
  *
- * Dimension letters (DESIGN.md §1), used in every shape comment of this project:
+ * Dimension letters (docs/design.md §1), used in every shape comment of this project:
  *   P positions (= B·T), d model width, N sources at a routing site, H routing heads,
  *   K = d / H head width, L transformer blocks, B batch, T tokens per sequence.
  *

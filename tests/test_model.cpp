@@ -218,6 +218,6 @@ TEST_CASE("bad configurations are rejected with clear messages", "[model][bad-in
 TEST_CASE("the parameter count matches the shapes", "[model]") {
   Config c = tiny(Mode::Mhar, 2);
   const long per_layer = 2 * 12 + 12 * 12 + 2 * 12 * 6 + 12 * 12 + 3 * 12 * 10;
-  const long routing = 2 * 12 * (2 * c.L + 1);  // 2d · (2L + 1), DESIGN.md §2
+  const long routing = 2 * 12 * (2 * c.L + 1);  // 2d · (2L + 1), docs/design.md §2
   CHECK(count_params(zero_params<double>(c)) == 256 * 12 + c.L * per_layer + 12 + routing);
 }

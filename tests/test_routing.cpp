@@ -1,6 +1,6 @@
 /**
  * @file test_routing.cpp
- * @brief Depth routing reference: finite-difference gradients, DESIGN.md §1 properties, bad input.
+ * @brief Depth routing reference: finite-difference gradients, docs/design.md §1 properties, bad input.
  */
 #include <algorithm>
 #include <catch2/catch.hpp>

@@ -120,7 +120,7 @@ TEST_CASE("routing version 2 matches the reference in double and float", "[routi
   CHECK(err_double < 1e-12);
 
   // Float: version 2's error against the double truth may be a small multiple of version 1's
-  // own float error (STYLE.md §7); the floor of 1e-7 (≈ one float ulp of 1) covers cases where
+  // own float error (docs/style.md §7); the floor of 1e-7 (≈ one float ulp of 1) covers cases where
   // version 1's float error happens to be ~0.
   const auto Sf = cast_all<float>(S);
   const RowVec<float> qf = q.cast<float>(), gf = g.cast<float>();

@@ -3,7 +3,7 @@
  * @ingroup tools
  * @brief `mhar-toy bench routing --device cpu`: the CPU routing versions (reference/routing.h,
  *        reference/routing_fast.h) as bytes moved ÷ time, next to a copy loop timed in the same
- *        run on the same number of threads (DESIGN.md §4).
+ *        run on the same number of threads (docs/design.md §4).
  *
  * Bytes are the minimum each operation moves, the formula of docs/kernels.md and
  * cuda/bench_routing.h (4-byte floats), the same for every version, so GB/s is an effective rate:

@@ -27,6 +27,7 @@
 #include "checkpoint.h"
 #include "cli_common.h"
 #include "errors.h"
+#include "figures.h"
 #include "sweep.h"
 
 namespace mhar::toy {
@@ -310,7 +311,9 @@ Subcommand register_sweep(CLI::App& app) {
             std::vector<std::string> unfinished;
             const auto rows = summarize_sweep(o->out, &unfinished);
             write_sweep_summary(o->out, rows);
-            fmt::print("wrote {0}/summary.csv and {0}/summary.md\n", o->out);
+            fmt::print("wrote {0}/summary.csv and {0}/summary.md{1}\n", o->out,
+                       io::kFiguresBuilt ? ", val-vs-width and excess-vs-width (png, svg)"
+                                         : " (figures are off in this build)");
             std::ifstream md(fs::path(o->out) / "summary.md");
             fmt::print("{}", std::string(std::istreambuf_iterator<char>(md), {}));
             return failed > 0 ? kFailure : kOk;

@@ -27,8 +27,8 @@ struct RoutingMap {
 
 RoutingMap routing_map(const Config& cfg, const Params<float>& p, const Batch& batch, int B);
 
-/// Writes alpha.csv and alpha.json into `dir` (created), and heatmap.<format> and
-/// disagreement.<format> for each of `formats` (none in a build without figures,
+/// Writes alpha.csv and alpha.json into `dir` (created), and `heatmap.<format>` and
+/// `disagreement.<format>` for each of `formats` (none in a build without figures,
 /// io::kFiguresBuilt). `title` heads the figures (e.g. "mhar H=4, step 100").
 void write_routing_map(const std::string& dir, const RoutingMap& map, const std::string& title,
                        const std::vector<io::Format>& formats);

@@ -174,6 +174,49 @@ void write_sweep_summary(const std::string& dir, const std::vector<SweepRow>& ro
   }
   io::write_text_file_atomic((fs::path(dir) / "summary.csv").string(), csv);
   io::write_text_file_atomic((fs::path(dir) / "summary.md").string(), md);
+  write_sweep_figures(dir, rows);
+}
+
+std::vector<std::string> write_sweep_figures(const std::string& dir,
+                                             const std::vector<SweepRow>& rows) {
+  if (!io::kFiguresBuilt) return {};
+  const std::vector<io::Format> formats = {io::Format::png, io::Format::svg};
+  // One series per (mode, H): the mean over seeds at each width, and mean ± sd dashed.
+  io::LinePlot val, excess;
+  val.title = "final validation loss over width (mean ± sd over seeds)";
+  val.x_label = "model width d";
+  val.y_label = "validation loss (nats/byte)";
+  excess.title = "learned excess of one query: KL(a_s ‖ α), trained − null";
+  excess.x_label = "model width d";
+  excess.y_label = "learned excess (nats)";
+  std::map<std::pair<int, int>, std::vector<const SweepRow*>> series;
+  for (const SweepRow& r : rows) series[{mode_rank(r.mode), r.H}].push_back(&r);
+  for (const auto& [key, rs] : series) {
+    const std::string label =
+        rs.front()->H > 1 ? fmt::format("{} H={}", rs.front()->mode, rs.front()->H)
+                          : rs.front()->mode;
+    io::Series mean{label, {}, {}, false}, lo{label + " − sd", {}, {}, true},
+        hi{label + " + sd", {}, {}, true}, ex{label, {}, {}, false};
+    for (const SweepRow* r : rs) {
+      mean.x.push_back(r->d), mean.y.push_back(r->val_mean);
+      if (!std::isnan(r->val_sd)) {
+        lo.x.push_back(r->d), lo.y.push_back(r->val_mean - r->val_sd);
+        hi.x.push_back(r->d), hi.y.push_back(r->val_mean + r->val_sd);
+      }
+      if (!std::isnan(r->excess_mean)) ex.x.push_back(r->d), ex.y.push_back(r->excess_mean);
+    }
+    val.series.push_back(mean);
+    if (!lo.x.empty()) val.series.push_back(lo), val.series.push_back(hi);
+    if (!ex.x.empty()) excess.series.push_back(ex);
+  }
+  std::vector<std::string> written;
+  if (!val.series.empty())
+    for (auto& p : io::write_lineplot((fs::path(dir) / "val-vs-width").string(), formats, val))
+      written.push_back(p);
+  if (!excess.series.empty())
+    for (auto& p : io::write_lineplot((fs::path(dir) / "excess-vs-width").string(), formats, excess))
+      written.push_back(p);
+  return written;
 }
 
 }  // namespace mhar::toy

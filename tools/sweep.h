@@ -4,7 +4,7 @@
  * @brief `mhar-toy sweep`: a grid of ordinary training runs (mode × width × heads × seed), run
  *        J at a time as child `mhar-toy train` processes, and its summary table.
  *
- * Each run is a normal run directory DIR/<mode>-d<d>[-H<H>]-seed<s> that `eval`, `heatmap` and
+ * Each run is a normal run directory `DIR/<mode>-d<d>[-H<H>]-seed<s>` that `eval`, `heatmap` and
  * `probe` open as they are. Calling the sweep again skips finished runs, resumes interrupted ones
  * from their checkpoint (`train --resume`, bit for bit the uninterrupted run at the same thread
  * count), and starts over a run that was stopped before its first checkpoint.
@@ -63,7 +63,12 @@ struct SweepRow {
 std::vector<SweepRow> summarize_sweep(const std::string& dir,
                                       std::vector<std::string>* unfinished = nullptr);
 
-/// Writes DIR/summary.csv and DIR/summary.md (atomically) from the rows.
+/// Writes DIR/summary.csv and DIR/summary.md (atomically) from the rows, and the figures.
 void write_sweep_summary(const std::string& dir, const std::vector<SweepRow>& rows);
+
+/// DIR/val-vs-width.{png,svg} (mean ± sd per mode over width) and DIR/excess-vs-width.{png,svg}
+/// (single-head runs); returns the paths written, none in a build without figures.
+std::vector<std::string> write_sweep_figures(const std::string& dir,
+                                             const std::vector<SweepRow>& rows);
 
 }  // namespace mhar::toy

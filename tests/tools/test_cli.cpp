@@ -532,6 +532,8 @@ TEST_CASE("sweep: killed midway and rerun, it resumes and gives the uninterrupte
   const Result summary = toy("sweep --summary " + (d / "whole").string());
   CHECK(summary.code == 0);
   CHECK(read_text(d / "whole" / "summary.csv") == csv);
+  for (const char* f : {"val-vs-width.png", "val-vs-width.svg", "excess-vs-width.png"})
+    CHECK(fs::exists(d / "whole" / f) == mhar::io::kFiguresBuilt);
 }
 
 TEST_CASE("sample: the same greedy text with and without the decode cache, past window slides",

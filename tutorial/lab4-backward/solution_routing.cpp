@@ -1,6 +1,6 @@
 /**
  * @file solution_routing.cpp
- * @brief Lab 4, the answer: the routing backward (DESIGN.md §1) one position at a time, in plain
+ * @brief Lab 4, the answer: the routing backward (docs/design.md §1) one position at a time, in plain
  *        loops — the same math as mhar::routing_backward (reference/routing.cpp), which is
  *        vectorised over positions with Eigen instead.
  *

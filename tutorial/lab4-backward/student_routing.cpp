@@ -1,6 +1,6 @@
 /**
  * @file student_routing.cpp
- * @brief Lab 4, YOUR file: the routing backward (DESIGN.md §1), written by you, one position at a
+ * @brief Lab 4, YOUR file: the routing backward (docs/design.md §1), written by you, one position at a
  *        time. As shipped it only has the value path, so the checker says FAIL and tells you
  *        where to look.
  *

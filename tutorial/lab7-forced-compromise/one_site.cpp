@@ -15,8 +15,9 @@
  * that straddle group boundaries land in between.
  *
  * Built on the reference: mhar::routing_forward, mhar::routing_backward and mhar::adamw_step.
- * Prints the final loss per H and each head's mean α over positions as a shaded table, and
- * writes alpha_H<H>.csv (head, source, mean α) for plotting.
+ * Prints the final loss per H and each head's mean α over positions as a shaded table, writes
+ * alpha_H<H>.csv (head, source, mean α), and draws every H's heads as one heatmap panel each in
+ * alpha.png and alpha.svg (where the build has figures).
  *
  *   build/tutorial/lab7_one_site [--d 48] [--groups 4] [--sources 6] [--steps 1500] [--seed 1]
  *                                [--heads 1,2,4,3,6,12] [--out DIR]
@@ -32,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "figures.h"
 #include "optim.h"
 #include "routing.h"
 
@@ -213,7 +215,32 @@ int main(int argc, char** argv) {
                                      fits[i].alpha[h].begin()));
       }
     }
-    std::printf("\nwrote alpha_H<H>.csv in %s\n", o.out.c_str());
+    if (mhar::io::kFiguresBuilt) {
+      std::vector<mhar::io::Heatmap> panels;
+      for (std::size_t i = 0; i < o.heads.size(); ++i) {
+        mhar::io::Heatmap p;
+        const int H = o.heads[i];
+        char title[96];
+        std::snprintf(title, sizeof title, "H = %d, MSE %.2g", H, fits[i].loss);
+        p.title = title;
+        p.row_axis = "head";
+        p.col_axis = "source";
+        for (int h = 0; h < H; ++h) p.row_labels.push_back(std::to_string(h));
+        for (int n = 0; n < o.sources; ++n) p.col_labels.push_back("S" + std::to_string(n));
+        for (int h = 0; h < H; ++h)
+          for (int n = 0; n < o.sources; ++n) p.values.push_back(fits[i].alpha[h][n]);
+        p.annotate = H <= 6;
+        panels.push_back(std::move(p));
+      }
+      std::string wants = "mean α of each head; groups want";
+      for (int k : s.sigma) wants += " S" + std::to_string(k);
+      mhar::io::write_heatmaps(o.out + "/alpha", {mhar::io::Format::png, mhar::io::Format::svg},
+                               panels, wants);
+      std::printf("\nwrote alpha.png, alpha.svg and alpha_H<H>.csv in %s\n", o.out.c_str());
+    } else {
+      std::printf("\nwrote alpha_H<H>.csv in %s (figures are off in this build)\n",
+                  o.out.c_str());
+    }
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "lab7_one_site: %s\n", e.what());
