@@ -8,9 +8,11 @@
 #include <cstdio>
 
 #include "decode.h"
+#include "perturbed.h"
 
 using namespace mhar;
 using Catch::Matchers::Contains;
+using mhar::test::perturbed;
 
 namespace {
 
@@ -27,21 +29,6 @@ Config small(Mode mode, int H = 0, int L = 2, int n_blocks = 2) {
   c.H = H;
   c.n_blocks = n_blocks;
   return c;
-}
-
-/// Parameters away from their initial values: random pseudo-queries (not 0), key gains, null
-/// source and open gates a_j ~ N(1, 0.3²), so every routing path changes the logits.
-Params<double> perturbed(const Config& c, Rng& rng) {
-  Params<double> p = init_params<double>(c, rng);
-  p.for_each([&](const std::string& name, Mat<double>& m, bool decay) {
-    if (decay)
-      m = rng.normal_matrix<double>(m.rows(), m.cols(), 0.0, 0.3);
-    else if (name == "route.q")
-      m = rng.normal_matrix<double>(m.rows(), m.cols(), 0.0, 1.0);
-    else
-      m = rng.normal_matrix<double>(m.rows(), m.cols(), 1.0, 0.3);  // gains, g, ν, gates
-  });
-  return p;
 }
 
 std::vector<int> random_bytes(Rng& rng, int n) {

@@ -7,11 +7,13 @@
 
 #include "gradcheck.h"
 #include "model.h"
+#include "perturbed.h"
 
 using namespace mhar;
 using Catch::Matchers::Contains;
 using mhar::test::check_gradient;
 using mhar::test::sample_indices;
+using mhar::test::perturbed;
 
 namespace {
 
@@ -35,21 +37,6 @@ void random_batch(Rng& rng, const Config& c, int B, std::vector<int>& x, std::ve
   y.resize(x.size());
   for (auto& t : x) t = static_cast<int>(rng.below(256));
   for (auto& t : y) t = static_cast<int>(rng.below(256));
-}
-
-/// Parameters moved away from their initial values so that every path carries gradient
-/// (q = 0 and gates = 0 at init would hide bugs).
-Params<double> perturbed(const Config& c, Rng& rng) {
-  Params<double> p = init_params<double>(c, rng);
-  p.for_each([&](const std::string& name, Mat<double>& m, bool decay) {
-    if (decay)
-      m = rng.normal_matrix<double>(m.rows(), m.cols(), 0.0, 0.3);
-    else if (name == "route.q")
-      m = rng.normal_matrix<double>(m.rows(), m.cols(), 0.0, 1.0);
-    else
-      m = rng.normal_matrix<double>(m.rows(), m.cols(), 1.0, 0.3);  // gains, g, ν, gates
-  });
-  return p;
 }
 
 /// Central differences of the loss against model_backward, for every parameter tensor (24
