@@ -83,9 +83,6 @@ Subcommand register_probe(CLI::App& app) {
               throw UsageError(o->ckpt +
                                " is a 'residual' model: it has no routing query to probe "
                                "(train attnres, mhar, block or delta)");
-            if (o->probe.slices < 1 || ck.cfg.d % o->probe.slices != 0)
-              throw UsageError(fmt::format("--slices = {} must divide the width d = {}",
-                                           o->probe.slices, ck.cfg.d));
             require_memory(ck.cfg, o->windows, sizeof(double), Workload::Gradient, "probe");
             std::string path = o->data;
             if (data->count() == 0)

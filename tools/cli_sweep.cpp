@@ -29,6 +29,7 @@
 #include "errors.h"
 #include "figures.h"
 #include "sweep.h"
+#include "train.h"
 
 namespace mhar::toy {
 
@@ -59,13 +60,6 @@ std::vector<std::string> parse_words(const std::string& list) {
   std::stringstream ss(list);
   for (std::string item; std::getline(ss, item, ',');) v.push_back(item);
   return v;
-}
-
-std::string fmt_eta(double s) {
-  if (!std::isfinite(s) || s < 0) return "?";
-  const long t = std::lround(s);
-  return t >= 3600 ? fmt::format("{}h{:02}m", t / 3600, (t % 3600) / 60)
-                   : fmt::format("{}m{:02}s", t / 60, t % 60);
 }
 
 /// Starts `exe args…` with stdout and stderr appended to `log`; returns the child's pid.
@@ -289,7 +283,7 @@ Subcommand register_sweep(CLI::App& app) {
                 const std::size_t left = total - done - failed - stopped;
                 fmt::print("[{}/{}] {}: val {:.4f}; {} run{} left, ETA {}\n", done, total, r.name,
                            final_val(dir), left, left == 1 ? "" : "s",
-                           fmt_eta(el / static_cast<double>(done) * static_cast<double>(left)));
+                           fmt_duration(el / static_cast<double>(done) * static_cast<double>(left)));
               } else if (code == kInterrupted || g_sweep_interrupted) {
                 ++stopped;
                 fmt::print("stopped {}: checkpoint saved (exit {})\n", r.name, code);

@@ -284,14 +284,6 @@ std::unique_ptr<Backend> make_backend([[maybe_unused]] const std::string& device
   return std::make_unique<CpuBackend>(cfg, batch, p, m, v);
 }
 
-std::string fmt_duration(double s) {
-  if (!std::isfinite(s) || s < 0) return "?";
-  const long t = std::lround(s);
-  if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t % 3600) / 60);
-  if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
-  return fmt::format("{}s", t);
-}
-
 /// Mean validation loss over the same eval_batches windows at every evaluation.
 double validation_loss(const TrainOptions& o, Backend& backend, const Corpus& corpus) {
   double total = 0;
@@ -493,6 +485,14 @@ void check_writable_dir(const fs::path& dir) {
 }
 
 }  // namespace
+
+std::string fmt_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const long t = std::lround(s);
+  if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t % 3600) / 60);
+  if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
 
 int train(const TrainOptions& o) {
   validate(o);

@@ -50,6 +50,9 @@ void validate(const TrainOptions& o);
 double learning_rate(const TrainOptions& o, long step);
 
 /// Trains from scratch into o.out (which must not already hold a run). Returns an exit code.
+/// "1h05m", "3m07s" or "42s"; "?" for a negative or non-finite number of seconds.
+std::string fmt_duration(double seconds);
+
 int train(const TrainOptions& o);
 /// Continues the run in `dir` with its saved options; `steps` > 0 overrides the total.
 int resume(const std::string& dir, int steps, bool quiet);

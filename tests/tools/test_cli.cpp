@@ -85,6 +85,20 @@ double eval_loss(const fs::path& run) {
   return nlohmann::json::parse(r.out).at("loss").get<double>();
 }
 
+/// Runs each (arguments, expected message) pair: each must exit 2 with that message, and no raw
+/// C++ exception text may reach the user.
+template <typename Cases>
+void expect_refused(const Cases& cases) {
+  for (const auto& c : cases) {
+    CAPTURE(c.args);
+    const Result r = toy(c.args);
+    CAPTURE(r.out);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.out, Contains(c.message));
+    CHECK_THAT(r.out, !Contains("bad_alloc") && !Contains("basic_filebuf"));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("a short training run lowers the loss and writes a complete run directory", "[cli]") {
@@ -324,13 +338,7 @@ TEST_CASE("bad input gets a clear message and exit code 2", "[cli][bad-input]") 
        "--route-heads must divide --width"},
       {"bench routing --device cpu -N 3", "give all of --sources, --positions"},
   };
-  for (const auto& c : cases) {
-    CAPTURE(c.args);
-    const Result r = toy(c.args);
-    CAPTURE(r.out);
-    CHECK(r.code == 2);
-    CHECK_THAT(r.out, Contains(c.message));
-  }
+  expect_refused(cases);
   CHECK_FALSE(fs::exists(run));  // nothing was created by the refused runs
 }
 
@@ -402,14 +410,7 @@ TEST_CASE("inputs that once crashed get a clear message and exit 2, and create n
        "is a directory, not a file"},
       {"eval " + (d / "ok").string() + " --data " + d.string(), "is a directory, not a file"},
   };
-  for (const auto& c : cases) {
-    CAPTURE(c.args);
-    const Result r = toy(c.args);
-    CAPTURE(r.out);
-    CHECK(r.code == 2);
-    CHECK_THAT(r.out, Contains(c.message));
-    CHECK_THAT(r.out, !Contains("bad_alloc") && !Contains("basic_filebuf"));
-  }
+  expect_refused(cases);
   CHECK_FALSE(fs::exists(d / "huge"));
   CHECK_FALSE(fs::exists(d / "dir"));
 }
