@@ -20,6 +20,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "cuda_check.cuh"
@@ -100,8 +101,8 @@ class ScratchPolicy {
     const auto known = pool_.find(device);
     if (known != pool_.end()) return known->second;
     int supported = 0;
-    const bool use = cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported,
-                                            device) == cudaSuccess &&
+    const bool use = cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device) ==
+                         cudaSuccess &&
                      supported != 0;
     cudaGetLastError();  // a failed query is an answer ("no pools"), not an error
     if (use) keep_pool_memory(device);
@@ -199,8 +200,7 @@ inline void require_scratch_aligned(const char* where, const char* name, const v
   char hex[32];
   std::snprintf(hex, sizeof hex, "%#llx", static_cast<unsigned long long>(at));
   throw std::runtime_error(std::string(where) + ": scratch buffer " + name + " at " + hex +
-                           " is not " + std::to_string(alignment) + "-byte aligned (" + why +
-                           ")");
+                           " is not " + std::to_string(alignment) + "-byte aligned (" + why + ")");
 }
 
 /// Throws std::invalid_argument("<where>: <message>") unless `ok`.
@@ -220,6 +220,29 @@ inline void require_pointers(const char* where,
                              std::initializer_list<std::pair<const char*, const void*>> pointers) {
   for (const auto& [name, ptr] : pointers)
     require(ptr != nullptr, where, std::string(name) + " is a null pointer");
+}
+
+/// Throws std::invalid_argument naming the first pointer that is not a multiple of `bytes`:
+/// "<where>: <name> is not 16-byte aligned (<why>)".
+inline void require_aligned(const char* where, std::size_t bytes, const char* why,
+                            std::initializer_list<std::pair<const char*, const void*>> pointers) {
+  for (const auto& [name, ptr] : pointers)
+    require(reinterpret_cast<std::uintptr_t>(ptr) % bytes == 0, where,
+            std::string(name) + " is not " + std::to_string(bytes) + "-byte aligned (" + why + ")");
+}
+
+/// Turns a run-time value into a template argument: calls f(std::integral_constant<int, V>{})
+/// for the V among Values that equals `value`, so a kernel templated on, say, its columns per
+/// thread is launched as `with_constant<1, 2, 4, 8>(vpt, where, [&](auto V) { launch<V>(...); })`.
+/// Throws std::logic_error naming `where` when no V matches (a layout function and its list of
+/// compiled kernels disagree).
+template <int... Values, typename F>
+void with_constant(int value, const char* where, F&& f) {
+  const bool found =
+      ((value == Values ? (f(std::integral_constant<int, Values>{}), true) : false) || ...);
+  if (!found)
+    throw std::logic_error(std::string(where) + ": no kernel compiled for " +
+                           std::to_string(value));
 }
 
 }  // namespace mhar::cuda::detail

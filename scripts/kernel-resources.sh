@@ -4,8 +4,9 @@
 # kernel's cost, to read before a GPU session measures the other half.
 #
 #   usage:  scripts/kernel-resources.sh [arch = 90] [-DNAME=value ...] [file.cu ...]
-#           (default: every cuda/*.cu; -D flags go to nvcc, e.g. -DMHAR_FUSED4_ONE_BLOCK=0 for a
-#           build without the __launch_bounds__(512, 1) fused kernels)
+#           (default: every cuda/*.cu and cuda/bench/*.cu; -D flags go to nvcc, e.g.
+#           -DMHAR_FUSED4_ONE_BLOCK=0 for a build without the __launch_bounds__(512, 1) fused
+#           kernels)
 #   prints: one line per kernel: registers, static shared bytes, stack, spill stores/loads, name
 #   exit:   0, or 1 when nvcc is missing or a file does not compile
 set -euo pipefail
@@ -23,7 +24,7 @@ for a in "$@"; do
     *) files+=("$a") ;;
   esac
 done
-if [[ ${#files[@]} -eq 0 ]]; then files=(cuda/*.cu); fi
+if [[ ${#files[@]} -eq 0 ]]; then files=(cuda/*.cu cuda/bench/*.cu); fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -42,5 +43,5 @@ for f in "${files[@]}"; do
       match($0, /Used [0-9]+/); regs = substr($0, RSTART + 5, RLENGTH - 5)
       smem = 0; if (match($0, /[0-9]+ bytes smem/)) smem = substr($0, RSTART, RLENGTH - 11)
       printf "%-5s %6s %6s %6s %6s  %s\n", regs, smem, stack, st, ld, name
-    }' "$tmp/log" | c++filt | sed -E 's/mhar::cuda::\(anonymous namespace\):://; s/\(.*//'
+    }' "$tmp/log" | c++filt | sed -E 's/mhar::cuda::(routing_detail::)?\(anonymous namespace\):://; s/\(.*//'
 done

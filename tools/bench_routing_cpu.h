@@ -6,7 +6,8 @@
  *        run on the same number of threads (docs/design.md §4).
  *
  * Bytes are the minimum each operation moves, the formula of docs/kernels.md and
- * cuda/bench_routing.h (4-byte floats), the same for every version, so GB/s is an effective rate:
+ * cuda/bench/bench_routing.h (4-byte floats), the same for every version, so GB/s is an
+ * effective rate:
  *   forward   4 · (N·P·d + P·d + N·P·H)        read sources, write out and α
  *   backward  4 · (3·N·P·d + 2·P·d + N·P·H)    read sources, read and write dsources, read dout,
  *                                              out and α (dq, dg: O(d))

@@ -20,11 +20,11 @@
 #include "optim.h"
 
 #ifdef MHAR_WITH_CUDA
-#include "cuda/bench_routing.h"
-#include "cuda/check_attention.h"
-#include "cuda/check_layers.h"
-#include "cuda/check_model.h"
-#include "cuda/check_routing.h"
+#include "cuda/bench/bench_routing.h"
+#include "cuda/check/check_attention.h"
+#include "cuda/check/check_layers.h"
+#include "cuda/check/check_model.h"
+#include "cuda/check/check_routing.h"
 #include "cuda/device.h"
 #include "cuda/model.h"
 #endif

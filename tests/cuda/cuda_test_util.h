@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/check_routing.h"
+#include "cuda/check/check_routing.h"
 #include "cuda/device.h"
 #include "tensor.h"
 

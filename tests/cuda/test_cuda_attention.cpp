@@ -3,7 +3,7 @@
  * @brief The attention twin (cuda/attention.cu) against the CPU reference; the determinism of
  *        its backward; and argument checks that need no GPU.
  *
- * The comparisons and their tolerance live in cuda/check_attention.cpp: each check poisons the
+ * The comparisons and their tolerance live in cuda/check/check_attention.cpp: each check poisons the
  * outputs with NaN before the launch; this file asserts them, shape by shape. Without a CUDA
  * device each [gpu] case prints "MHAR_SKIP: no CUDA device (...)" and returns, which ctest
  * reports as Skipped.
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "cuda/attention.h"
-#include "cuda/check_attention.h"
+#include "cuda/check/check_attention.h"
 #include "cuda/device.h"
 #include "cuda_test_util.h"
 #include "tensor.h"

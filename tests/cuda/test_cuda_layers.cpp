@@ -3,7 +3,7 @@
  * @brief Layer and optimiser twins (cuda/layers.cu, cuda/linear.cu, cuda/optim.cu) against the CPU
  * reference; the determinism of their reductions; and argument checks that need no GPU.
  *
- * The comparisons and their tolerance live in cuda/check_layers.cpp: each check poisons the
+ * The comparisons and their tolerance live in cuda/check/check_layers.cpp: each check poisons the
  * `=` outputs with NaN before the launch and starts the `+=` outputs from random values; this
  * file asserts them, shape by shape. Without a CUDA device each [gpu] case prints
  * "MHAR_SKIP: no CUDA device (...)" and returns, which ctest reports as Skipped.
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/check_layers.h"
+#include "cuda/check/check_layers.h"
 #include "cuda/device.h"
 #include "cuda/layers.h"
 #include "cuda/linear.h"

@@ -2,7 +2,7 @@
  * @file test_cuda_model.cpp
  * @brief The whole training step on the GPU (cuda/model.cpp) against the CPU reference, in
  *        every residual mode: loss and every parameter gradient over three steps of a training
- *        trajectory (cuda/check_model.h), determinism, and bad input.
+ *        trajectory (cuda/check/check_model.h), determinism, and bad input.
  *
  * Without a CUDA device each [gpu] case prints "MHAR_SKIP: no CUDA device (...)" and returns,
  * which ctest reports as Skipped. The bad-input case needs no device: the checks run first.
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/check_model.h"
+#include "cuda/check/check_model.h"
 #include "cuda/device.h"
 #include "cuda/model.h"
 #include "cuda_test_util.h"

@@ -1,9 +1,9 @@
 /**
  * @file test_cuda_routing.cpp
- * @brief Routing kernels (cuda/routing.cu), every version, against the CPU reference; their
+ * @brief Routing kernels (cuda/routing.cu and routing_{naive,fused,warp}.cu), every version, against the CPU reference; their
  *        determinism; and argument checks that need no GPU.
  *
- * The comparisons and their tolerance live in cuda/check_routing.cpp (the code `mhar-toy check`
+ * The comparisons and their tolerance live in cuda/check/check_routing.cpp (the code `mhar-toy check`
  * runs); this file asserts them. Without a CUDA device each [gpu] case prints
  * "MHAR_SKIP: no CUDA device (...)" and returns, which ctest reports as Skipped.
  */
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/check_routing.h"
+#include "cuda/check/check_routing.h"
 #include "cuda/device.h"
 #include "cuda/routing.h"
 #include "cuda_test_util.h"

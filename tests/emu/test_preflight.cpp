@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/check_routing.h"
+#include "cuda/check/check_routing.h"
 #include "cuda/cuda_check.cuh"
 #include "cuda/device.h"
 #include "cuda/launch.cuh"
@@ -167,7 +167,8 @@ TEST_CASE("a misaligned float4 buffer is refused by name, and nothing is written
         mhar::cuda::routing_backward(dsources.data(), dq.data(), dg.data(), dout.data(),
                                      out.data(), alpha.data(), sources.data() + 1, q.data(),
                                      g.data(), N, P - 1, d, H, RoutingVersion::Warp),
-        Contains("sources is not 16-byte aligned (the warp kernels load float4)"));
+        Contains("sources is not 16-byte aligned (the warp kernels load float4; use "
+                 "RoutingVersion::Fused)"));
     CHECK(dsources.download() == h_dsources);
   }
 }

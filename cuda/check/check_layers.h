@@ -1,15 +1,15 @@
 /**
  * @file check_layers.h
  * @ingroup cuda
- * @brief Every layer and optimiser twin (cuda/layers.h, cuda/linear.h, cuda/optim.h) against the CPU
- *        reference, on fresh random inputs and awkward shapes: what tests/cuda asserts.
+ * @brief Every layer and optimiser twin (cuda/layers.h, cuda/linear.h, cuda/optim.h) against the
+ * CPU reference, on fresh random inputs and awkward shapes: what tests/cuda asserts.
  *
- * Tolerance (docs/style.md §7), as in check_routing.h: truth is the reference (reference/layers.cpp,
- * reference/optim.cpp) in double on the same float inputs; ref_f_err is the largest absolute
- * error of the same reference run in float. A GPU result passes when
- *     max |gpu − truth|  <=  8 · ref_f_err + 1e-6 · max |truth|
- * (check_routing.h says how the 8 and the 1e-6 were chosen). Saved forward values a backward
- * reads (rinv, probs) are the double forward's, rounded to float, for all three runs.
+ * Tolerance (docs/style.md §7), as in check_routing.h: truth is the reference
+ * (reference/layers.cpp, reference/optim.cpp) in double on the same float inputs; ref_f_err is the
+ * largest absolute error of the same reference run in float. A GPU result passes when max |gpu −
+ * truth|  <=  8 · ref_f_err + 1e-6 · max |truth| (compare.h says how the 8 and the 1e-6 were
+ * chosen). Saved forward values a backward reads (rinv, probs) are the double forward's, rounded to
+ * float, for all three runs.
  *
  * The SwiGLU middle has no function of its own in the reference: it is checked through
  * reference mlp_forward / mlp_backward with 0/1 weights that make its matmuls exact copies
@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/check_routing.h"
+#include "cuda/check/check_routing.h"
 #include "cuda/device.h"
 
 namespace mhar::cuda {

@@ -9,7 +9,7 @@
  * inputs; ref_f_err is the largest absolute error of the same reference run in float. A GPU
  * result passes when
  *     max |gpu − truth|  <=  8 · ref_f_err + 1e-6 · max |truth|
- * (check_routing.h says how the 8 and the 1e-6 were chosen). The backward reads the double
+ * (compare.h says how the 8 and the 1e-6 were chosen). The backward reads the double
  * forward's probs, rounded to float, in all three runs.
  *
  * Plain C++ (compiled by g++): links mhar_reference (Eigen) and mhar_cuda.
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "cuda/attention.h"
-#include "cuda/check_routing.h"
+#include "cuda/check/check_routing.h"
 
 namespace mhar::cuda {
 

@@ -12,7 +12,7 @@
  *   ref_float  the same reference in float: its error against truth is the error budget;
  *   gpu        cuda::model_forward / cuda::model_backward.
  * A row passes when max |gpu − truth| ≤ 8 · max |ref_float − truth| + 1e-6 · max |truth|
- * (check_routing.h says why). Between steps the double run takes a clipped AdamW step, so
+ * (compare.h says why). Between steps the double run takes a clipped AdamW step, so
  * later steps compare gradients at trained, non-uniform parameters; the optimiser itself is
  * compared element by element in check_layers.h (check_adamw, check_clip).
  *
@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/check_routing.h"
+#include "cuda/check/check_routing.h"
 #include "reference/model.h"
 
 namespace mhar::cuda {

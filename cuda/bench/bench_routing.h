@@ -4,7 +4,7 @@
  * @brief Speed of the routing kernels (cuda/routing.cu) as bytes moved ÷ time, next to the
  *        copy bandwidth measured in the same run (docs/design.md §4).
  *
- * A plain C++ header (no CUDA types): mhar-toy and cuda/bench_routing_main.cpp call it.
+ * A plain C++ header (no CUDA types): `mhar-toy bench routing` calls it (target mhar_cuda_bench).
  * Bytes are what the operation must move at least, the same formula for every version, so GB/s
  * is an effective rate and a version that moves more than the minimum shows it as lower GB/s:
  *   forward   4 · (N·P·d + P·d + N·P·H)              read sources, write out and α

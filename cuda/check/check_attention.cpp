@@ -3,13 +3,13 @@
  * @brief check_attention.h: run the attention twin and the reference (double and float) on the
  *        same float inputs and measure the GPU's error against the reference's own.
  */
-#include "cuda/check_attention.h"
+#include "cuda/check/check_attention.h"
 
 #include <stdexcept>
 #include <utility>
 
 #include "cuda/attention.h"
-#include "cuda/check_util.h"
+#include "cuda/check/compare.h"
 #include "cuda/device.h"
 #include "reference/layers.h"
 

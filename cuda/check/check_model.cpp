@@ -2,7 +2,7 @@
  * @file check_model.cpp
  * @brief check_model.h: GPU training step against the reference, per mode and per tensor.
  */
-#include "cuda/check_model.h"
+#include "cuda/check/check_model.h"
 
 #include <cmath>
 #include <stdexcept>

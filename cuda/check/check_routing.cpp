@@ -3,7 +3,7 @@
  * @brief check_routing.h: run a kernel version and the reference (double and float) on the
  *        same float inputs and measure the GPU's error against the reference's own.
  */
-#include "cuda/check_routing.h"
+#include "cuda/check/check_routing.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +11,7 @@
 #include <limits>
 #include <stdexcept>
 
-#include "cuda/check_util.h"
+#include "cuda/check/compare.h"
 #include "cuda/device.h"
 #include "reference/routing.h"
 
@@ -65,46 +65,9 @@ unsigned mix_seed(unsigned seed, const RoutingShape& s) {
 
 }  // namespace
 
-double max_abs_diff(const std::vector<double>& truth, const std::vector<float>& x) {
-  if (truth.size() != x.size()) return std::numeric_limits<double>::infinity();
-  double worst = 0;
-  for (std::size_t k = 0; k < truth.size(); ++k) {
-    const double e = std::abs(double(x[k]) - truth[k]);
-    if (!(e <= worst)) worst = std::isnan(e) ? std::numeric_limits<double>::infinity() : e;
-  }
-  return worst;
-}
-
-CheckRow compare_with_truth(const std::string& op, const std::string& version,
-                            const std::string& shape, const std::vector<double>& truth,
-                            const std::vector<float>& ref_float, const std::vector<float>& gpu) {
-  double scale = 0;
-  for (double t : truth) scale = std::max(scale, std::abs(t));
-  const double unit = scale > 0 ? scale : 1.0;
-  const double ref_err = max_abs_diff(truth, ref_float);
-  const double gpu_err = max_abs_diff(truth, gpu);
-  // docs/style.md §7: a small multiple of the float reference's own error (check_routing.h says why).
-  const double tol = 8.0 * ref_err + 1e-6 * scale;
-  CheckRow r;
-  r.op = op;
-  r.version = version;
-  r.worst_rel_err = gpu_err / unit;
-  r.tolerance = tol / unit;
-  r.pass = gpu_err <= tol;
-  r.shape = shape;
-  return r;
-}
-
 std::string describe(const RoutingShape& s) {
   return "N=" + std::to_string(s.N) + " P=" + std::to_string(s.P) + " d=" + std::to_string(s.d) +
          " H=" + std::to_string(s.H);
-}
-
-std::string format_check_row(const CheckRow& r) {
-  char buf[96];
-  std::snprintf(buf, sizeof buf, ": worst relative error %.3e (tolerance %.3e) %s", r.worst_rel_err,
-                r.tolerance, r.pass ? "ok" : "FAIL");
-  return r.version + " " + r.op + " " + r.shape + buf;
 }
 
 std::vector<RoutingShape> routing_check_shapes() {

@@ -10,10 +10,10 @@
 #include <stdexcept>
 #include <string>
 
-#include "bench_routing.h"
-#include "cuda_check.cuh"
-#include "device.h"
-#include "routing.h"
+#include "cuda/bench/bench_routing.h"
+#include "cuda/device.h"
+#include "cuda/launch.cuh"
+#include "cuda/routing.h"
 
 namespace mhar::cuda {
 
@@ -21,18 +21,14 @@ namespace {
 
 using detail::check;
 using detail::check_launch;
-
-constexpr int kThreads = 256;
-
-unsigned blocks_for(std::size_t n) {
-  const std::size_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(b < 1 ? 1 : (b > (1u << 20) ? (1u << 20) : b));
-}
+using detail::grid_for;
+using detail::kThreads;
+using detail::thread_index;
+using detail::thread_stride;
 
 /// x[i] = lo + (hi − lo) · u(seed, i), u a hash of the index in [0, 1): no host round trip.
 __global__ void fill_uniform(float* x, std::size_t n, std::uint32_t seed, float lo, float hi) {
-  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+  for (std::size_t i = thread_index(); i < n; i += thread_stride()) {
     std::uint32_t h =
         static_cast<std::uint32_t>(i) * 0x9E3779B9u ^ static_cast<std::uint32_t>(i >> 32) ^ seed;
     h ^= h >> 16;
@@ -47,9 +43,7 @@ __global__ void fill_uniform(float* x, std::size_t n, std::uint32_t seed, float 
 /// The bandwidth yardstick: dst = src, float4 at a time (cudaMalloc memory is 256-byte aligned).
 __global__ void copy_kernel(float4* __restrict__ dst, const float4* __restrict__ src,
                             std::size_t n4) {
-  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n4;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
-    dst[i] = src[i];
+  for (std::size_t i = thread_index(); i < n4; i += thread_stride()) dst[i] = src[i];
 }
 
 /// The 0–3 floats past the last whole float4.
@@ -60,7 +54,7 @@ __global__ void copy_tail(float* __restrict__ dst, const float* __restrict__ src
 }
 
 void fill(DeviceBuffer& b, std::uint32_t seed, float lo, float hi) {
-  fill_uniform<<<blocks_for(b.size()), kThreads>>>(b.data(), b.size(), seed, lo, hi);
+  fill_uniform<<<grid_for(b.size()), kThreads>>>(b.data(), b.size(), seed, lo, hi);
   check_launch("bench_routing: fill_uniform launch");
 }
 
@@ -141,9 +135,9 @@ std::vector<BenchRow> bench_routing(int N, int P, int d, int H, int repeats) {
   const double copy_ms = time_ms(
       [&] {
         if (n4 > 0) {
-          copy_kernel<<<blocks_for(n4), kThreads>>>(reinterpret_cast<float4*>(dsources.data()),
-                                                    reinterpret_cast<const float4*>(sources.data()),
-                                                    n4);
+          copy_kernel<<<grid_for(n4), kThreads>>>(reinterpret_cast<float4*>(dsources.data()),
+                                                  reinterpret_cast<const float4*>(sources.data()),
+                                                  n4);
           check_launch("bench_routing: copy_kernel launch");
         }
         if (NPd % 4 != 0) {

@@ -3,7 +3,7 @@
  * @brief check_layers.h: run each layer and optimiser twin and the reference (double and float)
  *        on the same float inputs and measure the GPU's error against the reference's own.
  */
-#include "cuda/check_layers.h"
+#include "cuda/check/check_layers.h"
 
 #include <algorithm>
 #include <array>
@@ -14,7 +14,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include "cuda/check_util.h"
+#include "cuda/check/compare.h"
 #include "cuda/layers.h"
 #include "cuda/linear.h"
 #include "cuda/optim.h"
