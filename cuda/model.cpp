@@ -73,31 +73,19 @@ DeviceParams::DeviceParams(const Config& cfg) : cfg_(cfg) {
     throw std::runtime_error("the model's " + std::to_string(total) + " parameters (" +
                              mib(total * sizeof(float)) + ") do not fit on the GPU: " + e.what());
   }
+  // Every tensor's place in the allocation, and the named pointers (embed, layers[l].wq, …),
+  // from the one list of tensors (for_each_tensor): the host shapes and this object in step.
+  layers.resize(shapes.layers.size());
   std::size_t offset = 0;
-  shapes.for_each([&](const std::string& name, const Mat<float>& m, bool decay) {
-    tensors.push_back({name, storage_.data() + offset, static_cast<int>(m.rows()),
-                       static_cast<int>(m.cols()), decay});
-    offset += static_cast<std::size_t>(m.size());
-  });
-  // Name → pointer, the reference's struct fields.
-  auto at = [&](const std::string& name) -> float* {
-    for (const auto& t : tensors)
-      if (t.name == name) return t.data;
-    return nullptr;
-  };
-  embed = at("embed");
-  for (int l = 0; l < cfg.L; ++l) {
-    const std::string pre = "layers." + std::to_string(l) + ".";
-    layers.push_back({at(pre + "attn_norm"), at(pre + "wq"), at(pre + "wk"), at(pre + "wv"),
-                      at(pre + "wo"), at(pre + "mlp_norm"), at(pre + "w_gate"), at(pre + "w_up"),
-                      at(pre + "w_down")});
-  }
+  for_each_tensor(
+      [&](const std::string& name, bool decay, const Mat<float>& m, float*& ptr) {
+        ptr = storage_.data() + offset;
+        tensors.push_back(
+            {name, ptr, static_cast<int>(m.rows()), static_cast<int>(m.cols()), decay});
+        offset += static_cast<std::size_t>(m.size());
+      },
+      shapes, *this);
   norm_sq = DeviceBuffer(1);
-  final_norm = at("final_norm");
-  route_q = at("route.q");
-  route_g = at("route.g");
-  delta_null = at("delta.null");
-  delta_gate = at("delta.gate");
   set_zero();
 }
 

@@ -41,11 +41,19 @@ std::string mode_name(Mode m) {
   return "?";
 }
 
+std::vector<std::string> mode_names() {
+  std::vector<std::string> names;
+  for (Mode m : kModes) names.push_back(mode_name(m));
+  return names;
+}
+
 Mode parse_mode(const std::string& name) {
-  for (Mode m : {Mode::Residual, Mode::AttnRes, Mode::Mhar, Mode::Block, Mode::Delta})
+  std::string allowed;
+  for (Mode m : kModes) {
     if (mode_name(m) == name) return m;
-  throw ShapeError("unknown residual mode '" + name +
-                   "' (allowed: residual, attnres, mhar, block, delta)");
+    allowed += (allowed.empty() ? "" : ", ") + mode_name(m);
+  }
+  throw ShapeError("unknown residual mode '" + name + "' (allowed: " + allowed + ")");
 }
 
 namespace {
@@ -106,34 +114,53 @@ void Config::validate() const {
 
 // ---- Parameters -----------------------------------------------------------------------------
 
+std::pair<int, int> param_shape(const Config& cfg, const std::string& name) {
+  const int d = cfg.d, hd = cfg.head_dim();
+  const std::string field = name.substr(name.rfind('.') + 1);  // "layers.3.wq" → "wq"
+  if (field == "embed") return {cfg.vocab, d};
+  if (field == "wq") return {d, cfg.n_head * hd};
+  if (field == "wk" || field == "wv") return {d, cfg.n_kv_head * hd};
+  if (field == "wo") return {cfg.n_head * hd, d};
+  if (field == "w_gate" || field == "w_up") return {d, cfg.ffn};
+  if (field == "w_down") return {cfg.ffn, d};
+  if (field.ends_with("norm") || name == "delta.null") return {1, d};  // gains, ν
+  if (name == "route.q" || name == "route.g") return {cfg.n_sites(), d};
+  if (name == "delta.gate") return {1, 2 * cfg.L};
+  throw std::invalid_argument("param_shape: no tensor named '" + name + "'");
+}
+
+namespace {
+
+/// The tensors the config's mode has, not yet sized: the layers' tensors are empty, and route.*
+/// and delta.* hold one element where the mode has them (for_each_tensor visits those once they
+/// are non-empty).
+template <typename T>
+Params<T> unsized_params(const Config& cfg) {
+  Params<T> p;
+  p.layers.resize(static_cast<std::size_t>(cfg.L));
+  if (cfg.routed()) p.route_q = p.route_g = Mat<T>(1, 1);
+  if (cfg.mode == Mode::Delta) p.delta_null = p.delta_gate = Mat<T>(1, 1);
+  return p;
+}
+
+}  // namespace
+
+void for_each_shape(const Config& cfg,
+                    const std::function<void(const std::string&, int, int, bool)>& f) {
+  unsized_params<float>(cfg).for_each([&](const std::string& name, const Mat<float>&, bool decay) {
+    const auto [rows, cols] = param_shape(cfg, name);
+    f(name, rows, cols, decay);
+  });
+}
+
 template <typename T>
 Params<T> zero_params(const Config& cfg) {
   cfg.validate();
-  const int d = cfg.d, hd = cfg.head_dim();
-  Params<T> p;
-  p.embed = Mat<T>::Zero(cfg.vocab, d);
-  for (int l = 0; l < cfg.L; ++l) {
-    LayerParams<T> y;
-    y.attn_norm = Mat<T>::Zero(1, d);
-    y.wq = Mat<T>::Zero(d, cfg.n_head * hd);
-    y.wk = Mat<T>::Zero(d, cfg.n_kv_head * hd);
-    y.wv = Mat<T>::Zero(d, cfg.n_kv_head * hd);
-    y.wo = Mat<T>::Zero(cfg.n_head * hd, d);
-    y.mlp_norm = Mat<T>::Zero(1, d);
-    y.w_gate = Mat<T>::Zero(d, cfg.ffn);
-    y.w_up = Mat<T>::Zero(d, cfg.ffn);
-    y.w_down = Mat<T>::Zero(cfg.ffn, d);
-    p.layers.push_back(std::move(y));
-  }
-  p.final_norm = Mat<T>::Zero(1, d);
-  if (cfg.routed()) {
-    p.route_q = Mat<T>::Zero(cfg.n_sites(), d);
-    p.route_g = Mat<T>::Zero(cfg.n_sites(), d);
-  }
-  if (cfg.mode == Mode::Delta) {
-    p.delta_null = Mat<T>::Zero(1, d);
-    p.delta_gate = Mat<T>::Zero(1, 2 * cfg.L);
-  }
+  Params<T> p = unsized_params<T>(cfg);
+  p.for_each([&](const std::string& name, Mat<T>& m, bool) {
+    const auto [rows, cols] = param_shape(cfg, name);
+    m = Mat<T>::Zero(rows, cols);
+  });
   return p;
 }
 
@@ -153,25 +180,10 @@ Params<T> init_params(const Config& cfg, Rng& rng) {
 template <typename To, typename From>
 Params<To> cast_params(const Params<From>& p) {
   Params<To> out;
-  out.embed = p.embed.template cast<To>();
-  for (const auto& y : p.layers) {
-    LayerParams<To> z;
-    z.attn_norm = y.attn_norm.template cast<To>();
-    z.wq = y.wq.template cast<To>();
-    z.wk = y.wk.template cast<To>();
-    z.wv = y.wv.template cast<To>();
-    z.wo = y.wo.template cast<To>();
-    z.mlp_norm = y.mlp_norm.template cast<To>();
-    z.w_gate = y.w_gate.template cast<To>();
-    z.w_up = y.w_up.template cast<To>();
-    z.w_down = y.w_down.template cast<To>();
-    out.layers.push_back(std::move(z));
-  }
-  out.final_norm = p.final_norm.template cast<To>();
-  out.route_q = p.route_q.template cast<To>();
-  out.route_g = p.route_g.template cast<To>();
-  out.delta_null = p.delta_null.template cast<To>();
-  out.delta_gate = p.delta_gate.template cast<To>();
+  out.layers.resize(p.layers.size());
+  for_each_tensor([](const std::string&, bool, const Mat<From>& from,
+                     Mat<To>& to) { to = from.template cast<To>(); },
+                  p, out);
   return out;
 }
 
@@ -180,6 +192,31 @@ long count_params(const Params<T>& p) {
   long n = 0;
   p.for_each([&](const std::string&, const Mat<T>& m, bool) { n += static_cast<long>(m.size()); });
   return n;
+}
+
+template <typename T>
+double clip_grad_norm(Params<T>& grads, double max_norm) {
+  std::vector<Mat<T>*> all;
+  grads.for_each([&](const std::string&, Mat<T>& g, bool) { all.push_back(&g); });
+  return clip_grad_norm<T>(std::span<Mat<T>* const>(all), max_norm);
+}
+
+template <typename T>
+void adamw_step(Params<T>& p, Params<T>& m, Params<T>& v, const Params<T>& grads, long step,
+                double lr, const AdamWHyper& hyper) {
+  const std::size_t L = p.layers.size();
+  if (m.layers.size() != L || v.layers.size() != L || grads.layers.size() != L)
+    throw std::invalid_argument("adamw_step: moments or gradients are for another model");
+  for_each_tensor(
+      [&](const std::string& name, bool decay, Mat<T>& w, Mat<T>& mw, Mat<T>& vw,
+          const Mat<T>& gw) {
+        if (mw.rows() != w.rows() || mw.cols() != w.cols() || vw.rows() != w.rows() ||
+            vw.cols() != w.cols() || gw.rows() != w.rows() || gw.cols() != w.cols())
+          throw std::invalid_argument("adamw_step: " + name +
+                                      ": moments or gradient of another shape");
+        adamw_step(w, mw, vw, gw, step, lr, hyper, decay);
+      },
+      p, m, v, grads);
 }
 
 // ---- Which sources each routing site reads --------------------------------------------------
@@ -520,16 +557,19 @@ Params<T> convert_residual_to_delta(Config& delta_cfg, const Config& residual_cf
   return p;
 }
 
-#define MHAR_INSTANTIATE(T)                                                                      \
-  template Params<T> zero_params<T>(const Config&);                                              \
-  template Params<T> init_params<T>(const Config&, Rng&);                                        \
-  template long count_params<T>(const Params<T>&);                                               \
-  template T model_forward<T>(const Config&, const Params<T>&, const std::vector<int>&,          \
-                              const std::vector<int>&, int, Cache<T>*);                          \
-  template Mat<T> model_logits<T>(const Config&, const Params<T>&, const std::vector<int>&, int, \
-                                  Cache<T>*);                                                    \
-  template void model_backward<T>(Params<T>&, const Config&, const Params<T>&, const Cache<T>&); \
-  template Params<T> convert_residual_to_delta<T>(Config&, const Config&, const Params<T>&, int, \
+#define MHAR_INSTANTIATE(T)                                                                       \
+  template Params<T> zero_params<T>(const Config&);                                               \
+  template Params<T> init_params<T>(const Config&, Rng&);                                         \
+  template long count_params<T>(const Params<T>&);                                                \
+  template double clip_grad_norm<T>(Params<T>&, double);                                          \
+  template void adamw_step<T>(Params<T>&, Params<T>&, Params<T>&, const Params<T>&, long, double, \
+                              const AdamWHyper&);                                                 \
+  template T model_forward<T>(const Config&, const Params<T>&, const std::vector<int>&,           \
+                              const std::vector<int>&, int, Cache<T>*);                           \
+  template Mat<T> model_logits<T>(const Config&, const Params<T>&, const std::vector<int>&, int,  \
+                                  Cache<T>*);                                                     \
+  template void model_backward<T>(Params<T>&, const Config&, const Params<T>&, const Cache<T>&);  \
+  template Params<T> convert_residual_to_delta<T>(Config&, const Config&, const Params<T>&, int,  \
                                                   int);
 MHAR_INSTANTIATE(float)
 MHAR_INSTANTIATE(double)

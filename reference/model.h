@@ -1,8 +1,8 @@
 /**
  * @file model.h
  * @ingroup reference
- * @brief The tiny Qwen3-style decoder (docs/design.md §2) in all five residual modes, CPU reference:
- *        configuration, parameters, forward (loss), backward (every parameter gradient).
+ * @brief The tiny Qwen3-style decoder (docs/design.md §2) in all five residual modes, CPU
+ * reference: configuration, parameters, forward (loss), backward (every parameter gradient).
  *
  * Byte-level vocabulary (256). Pre-norm blocks: RMSNorm → causal grouped-query attention with
  * RoPE, and RMSNorm → SwiGLU MLP. Tied embedding / LM head. Sub-layer j is attention for j = 2l
@@ -19,18 +19,25 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "layers.h"
+#include "optim.h"
 #include "routing.h"
 #include "tensor.h"
 
 namespace mhar {
 
 enum class Mode { Residual, AttnRes, Mhar, Block, Delta };
+/// Every mode, in the order the docs and --help list them.
+inline constexpr Mode kModes[] = {Mode::Residual, Mode::AttnRes, Mode::Mhar, Mode::Block,
+                                  Mode::Delta};
 
 /// "residual", "attnres", "mhar", "block", "delta".
 std::string mode_name(Mode m);
+/// mode_name of every mode in kModes.
+std::vector<std::string> mode_names();
 /// Parses a mode name; throws ShapeError listing the allowed names.
 Mode parse_mode(const std::string& name);
 
@@ -96,6 +103,14 @@ struct Params {
 /// zeros for routing queries, ones for key gains, zero null source and gates.
 template <typename T>
 Params<T> init_params(const Config& cfg, Rng& rng);
+/// rows × cols of the tensor called `name` (a for_each name: "layers.3.wq", "route.q") in config
+/// cfg: the one place parameter shapes are written down. Throws std::invalid_argument for an
+/// unknown name.
+std::pair<int, int> param_shape(const Config& cfg, const std::string& name);
+/// Calls f(name, rows, cols, decay) for every tensor of config cfg, in for_each order, without
+/// allocating them (memory estimates before a model is built).
+void for_each_shape(const Config& cfg,
+                    const std::function<void(const std::string&, int, int, bool)>& f);
 /// Parameters of the config's shapes, all zero (gradient buffers, optimiser moments).
 template <typename T>
 Params<T> zero_params(const Config& cfg);
@@ -105,6 +120,16 @@ Params<To> cast_params(const Params<From>& p);
 /// Number of scalars.
 template <typename T>
 long count_params(const Params<T>& p);
+
+/// Global-norm clipping of every gradient tensor (clip_grad_norm of optim.h over all of them);
+/// returns the norm before clipping.
+template <typename T>
+double clip_grad_norm(Params<T>& grads, double max_norm);
+/// One AdamW step (optim.h) on every tensor, with weight decay where for_each says so (matrices).
+/// m, v and grads must have p's shapes; throws std::invalid_argument otherwise.
+template <typename T>
+void adamw_step(Params<T>& p, Params<T>& m, Params<T>& v, const Params<T>& grads, long step,
+                double lr, const AdamWHyper& hyper);
 
 /// Everything the forward keeps for the backward (and for heatmaps and diagnostics).
 template <typename T>
@@ -177,40 +202,51 @@ Params<T> convert_residual_to_delta(Config& delta_cfg, const Config& residual_cf
 
 // ---- template members ------------------------------------------------------------------------
 
-template <typename T>
-template <typename F>
-void Params<T>::for_each(F&& f) {
-  f(std::string("embed"), embed, true);
-  for (std::size_t l = 0; l < layers.size(); ++l) {
+/**
+ * The one list of parameter tensors: their names, their order and which take weight decay.
+ * Calls f(name, decay, a.<field>, rest.<field>...) for every tensor that `a` holds; each of
+ * `rest` is a structure with the same field names (Params of another scalar type, the GPU's
+ * DeviceParams) and as many layers as `a`. Params::for_each, cast_params and the GPU model's
+ * pointer table all walk this list, so a new tensor is added here once.
+ */
+template <typename F, typename A, typename... Rest>
+void for_each_tensor(F&& f, A& a, Rest&... rest) {
+  f(std::string("embed"), true, a.embed, rest.embed...);
+  for (std::size_t l = 0; l < a.layers.size(); ++l) {
     const std::string pre = "layers." + std::to_string(l) + ".";
-    LayerParams<T>& y = layers[l];
-    f(pre + "attn_norm", y.attn_norm, false);
-    f(pre + "wq", y.wq, true);
-    f(pre + "wk", y.wk, true);
-    f(pre + "wv", y.wv, true);
-    f(pre + "wo", y.wo, true);
-    f(pre + "mlp_norm", y.mlp_norm, false);
-    f(pre + "w_gate", y.w_gate, true);
-    f(pre + "w_up", y.w_up, true);
-    f(pre + "w_down", y.w_down, true);
+    f(pre + "attn_norm", false, a.layers[l].attn_norm, rest.layers[l].attn_norm...);
+    f(pre + "wq", true, a.layers[l].wq, rest.layers[l].wq...);
+    f(pre + "wk", true, a.layers[l].wk, rest.layers[l].wk...);
+    f(pre + "wv", true, a.layers[l].wv, rest.layers[l].wv...);
+    f(pre + "wo", true, a.layers[l].wo, rest.layers[l].wo...);
+    f(pre + "mlp_norm", false, a.layers[l].mlp_norm, rest.layers[l].mlp_norm...);
+    f(pre + "w_gate", true, a.layers[l].w_gate, rest.layers[l].w_gate...);
+    f(pre + "w_up", true, a.layers[l].w_up, rest.layers[l].w_up...);
+    f(pre + "w_down", true, a.layers[l].w_down, rest.layers[l].w_down...);
   }
-  f(std::string("final_norm"), final_norm, false);
-  if (route_q.size() > 0) {
-    f(std::string("route.q"), route_q, false);
-    f(std::string("route.g"), route_g, false);
+  f(std::string("final_norm"), false, a.final_norm, rest.final_norm...);
+  if (a.route_q.size() > 0) {  // routed modes only
+    f(std::string("route.q"), false, a.route_q, rest.route_q...);
+    f(std::string("route.g"), false, a.route_g, rest.route_g...);
   }
-  if (delta_gate.size() > 0) {
-    f(std::string("delta.null"), delta_null, false);
-    f(std::string("delta.gate"), delta_gate, false);
+  if (a.delta_gate.size() > 0) {  // delta only
+    f(std::string("delta.null"), false, a.delta_null, rest.delta_null...);
+    f(std::string("delta.gate"), false, a.delta_gate, rest.delta_gate...);
   }
 }
 
 template <typename T>
 template <typename F>
+void Params<T>::for_each(F&& f) {
+  for_each_tensor([&](const std::string& name, bool decay, Mat<T>& m) { f(name, m, decay); },
+                  *this);
+}
+
+template <typename T>
+template <typename F>
 void Params<T>::for_each(F&& f) const {
-  const_cast<Params<T>*>(this)->for_each([&](const std::string& name, Mat<T>& m, bool decay) {
-    f(name, static_cast<const Mat<T>&>(m), decay);
-  });
+  for_each_tensor([&](const std::string& name, bool decay, const Mat<T>& m) { f(name, m, decay); },
+                  *this);
 }
 
 }  // namespace mhar

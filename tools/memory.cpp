@@ -4,9 +4,8 @@
  */
 #include "memory.h"
 
-#include <unistd.h>
-
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <sstream>
@@ -16,22 +15,18 @@
 namespace mhar::toy {
 
 double param_count(const Config& c) {
-  const double d = c.d, hd = c.head_dim(), L = c.L;
-  const double per_layer = 2 * d                        // attn_norm, mlp_norm
-                           + d * c.n_head * hd * 2      // wq, wo
-                           + d * c.n_kv_head * hd * 2   // wk, wv
-                           + 3 * d * c.ffn;             // w_gate, w_up, w_down
-  double n = static_cast<double>(c.vocab) * d + L * per_layer + d;  // embed, layers, final_norm
-  if (c.routed()) n += 2.0 * c.n_sites() * d;                       // route.q, route.g
-  if (c.mode == Mode::Delta) n += d + 2 * L;                        // delta.null, delta.gate
+  double n = 0;
+  for_each_shape(c, [&](const std::string&, int rows, int cols, bool) {
+    n += static_cast<double>(rows) * cols;
+  });
   return n;
 }
 
 double memory_needed(const Config& c, int B, int scalar_bytes, Workload w) {
   const double P = static_cast<double>(B) * c.T, d = c.d, L = c.L, hd = c.head_dim();
   const double copies = w == Workload::Training ? 4 : w == Workload::Gradient ? 2 : 1;
-  double per_position = (2 * L + 1) * d      // primitives E, out_0 … out_{2L−1}
-                        + 2 * (2 * L) * d    // sub-layer inputs and their normed values
+  double per_position = (2 * L + 1) * d    // primitives E, out_0 … out_{2L−1}
+                        + 2 * (2 * L) * d  // sub-layer inputs and their normed values
                         + L * (2 * c.n_head * hd + 2 * c.n_kv_head * hd)  // q, attn, k, v
                         + L * c.n_head * static_cast<double>(c.T)         // attention probs
                         + L * 3.0 * c.ffn                                 // MLP saved values
