@@ -4,13 +4,13 @@
  */
 #include "checkpoint.h"
 
-#include <filesystem>
-
 #include <fmt/format.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "errors.h"
+#include "json_types.h"
 #include "memory.h"
 #include "safetensors.h"
 
@@ -19,36 +19,19 @@ namespace mhar::toy {
 namespace fs = std::filesystem;
 
 nlohmann::json config_to_json(const Config& c) {
-  return {{"vocab", c.vocab},
-          {"d", c.d},
-          {"L", c.L},
-          {"n_head", c.n_head},
-          {"n_kv_head", c.n_kv_head},
-          {"ffn", c.ffn},
-          {"T", c.T},
-          {"mode", mode_name(c.mode)},
-          {"H", c.route_heads()},
-          {"n_blocks", c.n_blocks}};
+  Config resolved = c;
+  resolved.H = c.route_heads();  // the heads routing uses, not "0 = default"
+  return resolved;
 }
 
 Config config_from_json(const nlohmann::json& j, const std::string& where) {
-  Config c;
   try {
-    c.vocab = j.at("vocab").get<int>();
-    c.d = j.at("d").get<int>();
-    c.L = j.at("L").get<int>();
-    c.n_head = j.at("n_head").get<int>();
-    c.n_kv_head = j.at("n_kv_head").get<int>();
-    c.ffn = j.at("ffn").get<int>();
-    c.T = j.at("T").get<int>();
-    c.mode = parse_mode(j.at("mode").get<std::string>());
-    c.H = j.at("H").get<int>();
-    c.n_blocks = j.at("n_blocks").get<int>();
+    const Config c = j.get<Config>();
     c.validate();
+    return c;
   } catch (const std::exception& e) {
     throw UsageError(where + ": bad model config: " + e.what());
   }
-  return c;
 }
 
 std::string resolve_checkpoint_path(const std::string& path) {
@@ -80,9 +63,10 @@ void fill(Mat<float>& m, const io::SafeTensors& st, const std::string& name,
   const std::vector<float> v = t->to_f32();
   for (std::size_t i = 0; i < v.size(); ++i)
     if (!std::isfinite(v[i]))
-      throw UsageError(fmt::format("{}: tensor '{}' holds a non-finite value ({}) at element {} "
-                                   "(row {}, column {}); refusing to load it",
-                                   path, name, v[i], i, i / m.cols(), i % m.cols()));
+      throw UsageError(
+          fmt::format("{}: tensor '{}' holds a non-finite value ({}) at element {} "
+                      "(row {}, column {}); refusing to load it",
+                      path, name, v[i], i, i / m.cols(), i % m.cols()));
   std::copy(v.begin(), v.end(), m.data());
 }
 

@@ -16,6 +16,7 @@
 
 #include "bench_routing_cpu.h"
 #include "cli_common.h"
+#include "device_select.h"
 #include "errors.h"
 #include "optim.h"
 
@@ -35,17 +36,6 @@
 namespace mhar::toy {
 
 namespace {
-
-/// Why the CUDA subcommands cannot run here, or "" when they can.
-std::string cuda_unavailable() {
-#ifdef MHAR_WITH_CUDA
-  std::string why;
-  if (mhar::cuda::device_count(&why) == 0) return "no CUDA device (" + why + ")";
-  return "";
-#else
-  return "this mhar-toy was built without CUDA (no nvcc at configure time)";
-#endif
-}
 
 /// One model ready for timed training steps (forward, backward, clipping, AdamW).
 struct StepBench {
@@ -77,19 +67,8 @@ struct StepBench {
     const auto t0 = std::chrono::steady_clock::now();
     model_forward<float>(cfg, p, x, y, batch, &cache);
     model_backward(g, cfg, p, cache);
-    std::vector<Mat<float>*> gl, pl, ml, vl;
-    std::vector<bool> decay;
-    g.for_each([&](const std::string&, Mat<float>& t, bool) { gl.push_back(&t); });
-    p.for_each([&](const std::string&, Mat<float>& t, bool dc) {
-      pl.push_back(&t);
-      decay.push_back(dc);
-    });
-    m.for_each([&](const std::string&, Mat<float>& t, bool) { ml.push_back(&t); });
-    v.for_each([&](const std::string&, Mat<float>& t, bool) { vl.push_back(&t); });
-    clip_grad_norm<float>(gl, 1.0);
-    ++step;
-    for (std::size_t k = 0; k < pl.size(); ++k)
-      adamw_step(*pl[k], *ml[k], *vl[k], *gl[k], step, 1e-3, AdamWHyper{}, decay[k]);
+    clip_grad_norm(g, 1.0);
+    adamw_step(p, m, v, g, ++step, 1e-3, AdamWHyper{});
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 };
@@ -324,136 +303,147 @@ void bench_routing_cpu_table(int N, int P, int d, int H, int repeats, int thread
   }
 }
 
+struct BenchOptions {
+  std::string what = "step";
+  Config cfg;
+  std::string mode = "mhar";
+  std::string device = "cpu";
+  int batch = 16, repeats = 5, threads = 0;
+  int N = 0, P = 0, d = 0, H = 0;
+  bool kernels_only = false;
+  bool cuda_sync = false;
+};
+
+/// `bench step`: one training step per mode on `device` ("cpu" or "cuda").
+int run_bench_step(const BenchOptions& o, const std::string& device) {
+#ifdef _OPENMP
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  const int threads = omp_get_max_threads();
+#else
+  const int threads = 1;
+#endif
+  fmt::print(
+      "{} training step (forward + backward + clipping + AdamW), d={} L={} T={} batch={}, {} "
+      "interleaved repeats, median:\n",
+      device == "cpu" ? fmt::format("CPU ({} threads)", threads)
+#ifdef MHAR_WITH_CUDA
+                      : "GPU " + mhar::cuda::device_name(0),
+#else
+                      : std::string("GPU"),
+#endif
+      o.cfg.d, o.cfg.L, o.cfg.T, o.batch, o.repeats);
+  bench_steps(o.cfg, o.batch, o.repeats, device);
+  return kOk;
+}
+
+#ifdef MHAR_WITH_CUDA
+/// One routing site's shape for the GPU table.
+struct RoutingBenchShape {
+  std::string name;
+  int N, P, d, H;
+};
+
+/// The shape the flags give, or the final routing site (the widest read, N = 2L + 1) of the
+/// tiny model and of the paper's 100M model.
+std::vector<RoutingBenchShape> routing_bench_shapes(const BenchOptions& o) {
+  if (o.N > 0 || o.P > 0 || o.d > 0 || o.H > 0) {
+    if (o.N < 1 || o.P < 1 || o.d < 1 || o.H < 1)
+      throw UsageError("give all of --sources, --positions, --width, --route-heads");
+    return {{"given", o.N, o.P, o.d, o.H}};
+  }
+  const Config big = paper_100m();
+  return {{"tiny", 2 * Config().L + 1, 16 * Config().T, Config().d, 4},
+          {"paper 100M", 2 * big.L + 1, kPaperBatch * big.T, big.d, big.H}};
+}
+
+/// Every GPU routing version at one shape, next to the copy bandwidth.
+void print_gpu_routing_table(const RoutingBenchShape& sh, int repeats) {
+  fmt::print("routing, {} shape: N={} P={} d={} H={} (bytes: docs/kernels.md)\n", sh.name, sh.N,
+             sh.P, sh.d, sh.H);
+  fmt::print("{:<10} {:<9} {:>10} {:>12} {:>10} {:>8}\n", "op", "version", "ms", "MB", "GB/s",
+             "% copy");
+  bool one_block = false;
+  for (const auto& r : mhar::cuda::bench_routing(sh.N, sh.P, sh.d, sh.H, repeats)) {
+    fmt::print("{:<10} {:<9} {:>10.4f} {:>12.2f} {:>10.1f} {:>7.1f}%\n", r.op, r.version, r.ms,
+               r.bytes / 1e6, r.gbps, r.pct_copy);
+    one_block = one_block || r.version == mhar::cuda::kFusedOneBlockName;
+  }
+  if (one_block)
+    fmt::print("({}: the fused kernels under __launch_bounds__(512, 1); docs/kernels.md)\n",
+               mhar::cuda::kFusedOneBlockName);
+}
+
+/// The GPU training step at the tiny and the paper's 100M shapes (MHAR ÷ residual ratios).
+void print_gpu_step_ratios(int repeats) {
+  Config tiny;
+  tiny.H = 4;
+  fmt::print("GPU training step, tiny shape: d={} L={} T={} batch 16\n", tiny.d, tiny.L, tiny.T);
+  bench_steps(tiny, 16, repeats, "cuda");
+  const Config big = paper_100m();
+  fmt::print("GPU training step, paper 100M shape: d={} L={} T={} batch {} (P = {})\n", big.d,
+             big.L, big.T, kPaperBatch, kPaperBatch * big.T);
+  bench_steps(big, kPaperBatch, repeats, "cuda");
+}
+#endif
+
+/// `bench routing`: the CPU versions when `on_cpu`, else the GPU kernels (exit 4 without one).
+int run_bench_routing(const BenchOptions& o, bool on_cpu) {
+  if (on_cpu) {
+    bench_routing_cpu_table(o.N, o.P, o.d, o.H, o.repeats, o.threads);
+    return kOk;
+  }
+  const std::string why = cuda_unavailable();
+  if (!why.empty()) {
+    fmt::print(stderr, "mhar-toy bench routing: cannot run: {}\n", why);
+    return kUnavailable;
+  }
+#ifdef MHAR_WITH_CUDA
+  const std::vector<RoutingBenchShape> shapes = routing_bench_shapes(o);
+  fmt::print("device: {}\n", mhar::cuda::device_name(0));
+  for (const RoutingBenchShape& sh : shapes) print_gpu_routing_table(sh, o.repeats);
+  if (!o.kernels_only) print_gpu_step_ratios(o.repeats);
+  return kOk;
+#else
+  return kUnavailable;
+#endif
+}
+
 }  // namespace
 
 Subcommand register_bench(CLI::App& app) {
-  struct Opts {
-    std::string what = "step", mode_list = "residual,attnres,mhar";
-    Config cfg;
-    std::string mode = "mhar";
-    std::string device = "cpu";
-    int batch = 16, repeats = 5, threads = 0;
-    int N = 0, P = 0, d = 0, H = 0;
-    bool kernels_only = false;
-    bool cuda_sync = false;
-  };
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<BenchOptions>();
   auto* cmd =
       app.add_subcommand("bench",
                          "Measure speed: `bench step` (a training step per mode, CPU or GPU) or "
                          "`bench routing` (the CUDA routing kernels and the GPU step ratio; "
                          "with --device cpu the CPU routing versions)");
-  cmd->add_option("what", o->what, "step | routing");
+  cmd->add_option("what", o->what, "step | routing")->check(CLI::IsMember({"step", "routing"}));
   add_model_flags(*cmd, o->cfg, o->mode);
-  cmd->add_option("--batch,-B", o->batch, "step: sequences per step");
+  cmd->add_option("--batch,-B", o->batch, "step: sequences per step")->check(positive());
   cmd->add_option("--repeats", o->repeats,
-                  "timed repetitions (step: median; CPU routing: fastest; GPU routing: mean)");
+                  "timed repetitions (step: median; CPU routing: fastest; GPU routing: mean)")
+      ->check(positive());
   cmd->add_option("--threads", o->threads,
-                  "on the CPU: threads (0 = all cores; routing times 1 and this many)");
+                  "on the CPU: threads (0 = all cores; routing times 1 and this many)")
+      ->check(non_negative());
   auto* device_opt = cmd->add_option(
       "--device", o->device, "step: cpu | cuda | auto (default cpu); routing: cuda unless given");
+  device_opt->check(CLI::IsMember(kDeviceChoices));
   cmd->add_option("--sources,-N", o->N,
-                  "routing: sources N (default: the tiny and the paper's 100M shapes)");
-  cmd->add_option("--positions,-P", o->P, "routing: positions P");
-  cmd->add_option("--width", o->d, "routing: width d");
-  cmd->add_option("--route-heads", o->H, "routing: heads H");
+                  "routing: sources N (default: the tiny and the paper's 100M shapes)")
+      ->check(positive());
+  cmd->add_option("--positions,-P", o->P, "routing: positions P")->check(positive());
+  cmd->add_option("--width", o->d, "routing: width d")->check(positive());
+  cmd->add_option("--route-heads", o->H, "routing: heads H")->check(positive());
   cmd->add_flag("--kernels-only", o->kernels_only,
                 "routing: leave out the GPU training-step ratios");
   add_cuda_sync_flag(*cmd, o->cuda_sync);
   return {cmd, [o, device_opt]() -> int {
             apply_cuda_sync(o->cuda_sync);
-            if (o->repeats < 1) throw UsageError("--repeats must be at least 1");
-            if (o->what != "step" && o->what != "routing")
-              throw UsageError("bench: what must be step or routing, got '" + o->what + "'");
-            if (o->device != "cpu" && o->device != "cuda" && o->device != "auto")
-              throw UsageError("--device must be auto, cpu or cuda, got '" + o->device + "'");
-            const std::string why = cuda_unavailable();
-            if (o->what == "step") {
-              std::string device = o->device;
-              if (device == "auto") device = why.empty() ? "cuda" : "cpu";
-              if (device == "cuda" && !why.empty()) {
-                fmt::print(stderr, "mhar-toy bench step --device cuda: cannot run: {}\n", why);
-                return kUnavailable;
-              }
-#ifdef _OPENMP
-              if (o->threads > 0) omp_set_num_threads(o->threads);
-              const int threads = omp_get_max_threads();
-#else
-              const int threads = 1;
-#endif
-              const Config& base = o->cfg;
-              fmt::print(
-                  "{} training step (forward + backward + clipping + AdamW), d={} L={} T={} "
-                  "batch={}, {} interleaved repeats, median:\n",
-                  device == "cpu" ? fmt::format("CPU ({} threads)", threads)
-#ifdef MHAR_WITH_CUDA
-                                  : "GPU " + mhar::cuda::device_name(0),
-#else
-                                  : std::string("GPU"),
-#endif
-                  base.d, base.L, base.T, o->batch, o->repeats);
-              bench_steps(base, o->batch, o->repeats, device);
-              return kOk;
-            }
+            const std::string device = pick_device(o->device);  // exit 4: cuda without a GPU
+            if (o->what == "step") return run_bench_step(*o, device);
             // routing: the GPU kernels unless --device says cpu (or auto finds no GPU)
-            const bool routing_cpu = device_opt->count() > 0 &&
-                                     (o->device == "cpu" || (o->device == "auto" && !why.empty()));
-            if (routing_cpu) {
-              bench_routing_cpu_table(o->N, o->P, o->d, o->H, o->repeats, o->threads);
-              return kOk;
-            }
-            if (!why.empty()) {
-              fmt::print(stderr, "mhar-toy bench routing: cannot run: {}\n", why);
-              return kUnavailable;
-            }
-#ifdef MHAR_WITH_CUDA
-            struct Shape {
-              std::string name;
-              int N, P, d, H;
-            };
-            std::vector<Shape> shapes;
-            if (o->N > 0 || o->P > 0 || o->d > 0 || o->H > 0) {
-              if (o->N < 1 || o->P < 1 || o->d < 1 || o->H < 1)
-                throw UsageError("give all of --sources, --positions, --width, --route-heads");
-              shapes.push_back({"given", o->N, o->P, o->d, o->H});
-            } else {
-              // the final site (the widest read) of each model: N = 2L + 1
-              shapes.push_back({"tiny", 2 * Config().L + 1, 16 * Config().T, Config().d, 4});
-              const Config big = paper_100m();
-              shapes.push_back({"paper 100M", 2 * big.L + 1, kPaperBatch * big.T, big.d, big.H});
-            }
-            fmt::print("device: {}\n", mhar::cuda::device_name(0));
-            for (const Shape& sh : shapes) {
-              fmt::print("routing, {} shape: N={} P={} d={} H={} (bytes: docs/kernels.md)\n",
-                         sh.name, sh.N, sh.P, sh.d, sh.H);
-              fmt::print("{:<10} {:<9} {:>10} {:>12} {:>10} {:>8}\n", "op", "version", "ms", "MB",
-                         "GB/s", "% copy");
-              bool one_block = false;
-              for (const auto& r : mhar::cuda::bench_routing(sh.N, sh.P, sh.d, sh.H, o->repeats)) {
-                fmt::print("{:<10} {:<9} {:>10.4f} {:>12.2f} {:>10.1f} {:>7.1f}%\n", r.op,
-                           r.version, r.ms, r.bytes / 1e6, r.gbps, r.pct_copy);
-                one_block = one_block || r.version == mhar::cuda::kFusedOneBlockName;
-              }
-              if (one_block)
-                fmt::print("({}: the fused kernels under __launch_bounds__(512, 1); "
-                           "docs/kernels.md)\n",
-                           mhar::cuda::kFusedOneBlockName);
-            }
-            if (!o->kernels_only) {
-              Config tiny;
-              tiny.H = 4;
-              fmt::print("GPU training step, tiny shape: d={} L={} T={} batch 16\n", tiny.d, tiny.L,
-                         tiny.T);
-              bench_steps(tiny, 16, o->repeats, "cuda");
-              const Config big = paper_100m();
-              fmt::print("GPU training step, paper 100M shape: d={} L={} T={} batch {} (P = {})\n",
-                         big.d, big.L, big.T, kPaperBatch, kPaperBatch * big.T);
-              bench_steps(big, kPaperBatch, o->repeats, "cuda");
-            }
-            return kOk;
-#else
-            return kUnavailable;
-#endif
+            return run_bench_routing(*o, device_opt->count() > 0 && device == "cpu");
           }};
 }
 

@@ -14,6 +14,18 @@
 
 namespace mhar::toy {
 
+/// @name Validators for flags, so that --help shows what each accepts and a wrong value is
+/// refused before anything runs (exit 2): "--steps: must be positive, got 0". Use CLI11's own
+/// IsMember for a list of names and Range for a bounded number; these two replace CLI11 2.1's
+/// PositiveNumber and NonNegativeNumber, whose message prints the limits of a double
+/// ("not in range 0.000000 to 1797693…").
+/// @{
+/// A number > 0.
+const CLI::Validator& positive();
+/// A number ≥ 0 (0 usually means "off", "all" or "the default": each flag's help says which).
+const CLI::Validator& non_negative();
+/// @}
+
 /// Adds --mode, --heads, --d, --layers, --n-head, --n-kv-head, --ffn, --seq-len, --blocks.
 void add_model_flags(CLI::App& cmd, Config& cfg, std::string& mode);
 /// The config those flags describe, validated; throws UsageError (exit 2) naming what is wrong.

@@ -30,10 +30,12 @@ Subcommand register_convert(CLI::App& app) {
       "convert", "Turn a trained residual model into a delta-routing run with identical outputs");
   cmd->add_option("ckpt", o->ckpt, "the residual run directory or checkpoint")->required();
   cmd->add_option("--out,-o", o->out, "the new run directory (must not exist)")->required();
-  cmd->add_option("--heads,-H", o->heads, "routing heads of the delta sites (0 = n_kv_head)");
-  cmd->add_option("--blocks", o->blocks, "blocks the delta sources sum over (clamped to L)");
-  cmd->add_option("--steps", o->steps, "steps the continued training will run");
-  cmd->add_option("--lr", o->lr, "peak learning rate of the continued training");
+  cmd->add_option("--heads,-H", o->heads, "routing heads of the delta sites (0 = n_kv_head)")
+      ->check(non_negative());
+  cmd->add_option("--blocks", o->blocks, "blocks the delta sources sum over (clamped to L)")
+      ->check(positive());
+  cmd->add_option("--steps", o->steps, "steps the continued training will run")->check(positive());
+  cmd->add_option("--lr", o->lr, "peak learning rate of the continued training")->check(positive());
   return {cmd, [o]() -> int {
             const Checkpoint ck = load_checkpoint(o->ckpt);
             if (ck.cfg.mode != Mode::Residual)

@@ -34,15 +34,13 @@ Subcommand register_grad(CLI::App& app) {
   add_model_flags(*cmd, o->cfg, o->mode);
   cmd->add_option("--seed", o->seed, "initialisation seed of a fresh model");
   cmd->add_option("--data", o->data, "text the batch is drawn from");
-  cmd->add_option("--batch,-B", o->batch, "sequences in the batch");
+  cmd->add_option("--batch,-B", o->batch, "sequences in the batch")->check(positive());
   cmd->add_option("--batch-seed", o->batch_seed, "seed of the batch's windows");
   cmd->add_option("--precision", o->precision,
-                  "f64 (double: the truth) or f32 (what training uses)");
+                  "f64 (double: the truth) or f32 (what training uses)")
+      ->check(CLI::IsMember({"f64", "f32"}));
   cmd->add_option("--out,-o", o->out, "output file");
   return {cmd, [o]() -> int {
-            if (o->batch <= 0) throw UsageError("--batch must be positive");
-            if (o->precision != "f64" && o->precision != "f32")
-              throw UsageError("--precision must be f64 or f32, got '" + o->precision + "'");
             Config cfg;
             Params<double> p;
             if (!o->ckpt.empty()) {

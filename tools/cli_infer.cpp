@@ -28,10 +28,6 @@ namespace mhar::toy {
 
 namespace {
 
-void require_positive(long v, const char* flag) {
-  if (v <= 0) throw UsageError(fmt::format("{} must be positive, got {}", flag, v));
-}
-
 /// Next-byte logits of the model for `context` (at most T bytes; RoPE positions from 0), by the
 /// whole batched forward over the context.
 RowVec<float> next_logits(const Checkpoint& ck, const std::vector<int>& context) {
@@ -147,20 +143,18 @@ Subcommand register_sample(CLI::App& app) {
       "stderr gives bytes/s (--json: in the object).");
   cmd->add_option("ckpt", o->ckpt, "checkpoint file or run directory")->required();
   cmd->add_option("--prompt,-p", o->prompt, "text to continue (empty: start after a newline)");
-  cmd->add_option("--length,-n", o->s.length, "bytes to generate");
-  cmd->add_option("--temperature,-t", o->s.temperature, "softmax temperature (0 = greedy)");
-  cmd->add_option("--top-k,-k", o->s.top_k, "sample among the k most likely bytes (0 = all)");
+  cmd->add_option("--length,-n", o->s.length, "bytes to generate")->check(positive());
+  cmd->add_option("--temperature,-t", o->s.temperature, "softmax temperature (0 = greedy)")
+      ->check(non_negative());
+  cmd->add_option("--top-k,-k", o->s.top_k, "sample among the k most likely bytes (0 = all)")
+      ->check(CLI::Range(0, 256));
   cmd->add_option("--seed", o->s.seed, "sampling seed");
   cmd->add_flag("--no-cache", o->no_cache,
                 "recompute the whole window for every byte (no decode cache)");
   cmd->add_flag("--json", o->json,
                 "print one JSON object (text, bytes/s, window slides) instead of text");
-  cmd->add_option("--threads", o->threads, "CPU threads (0 = all cores)");
+  cmd->add_option("--threads", o->threads, "CPU threads (0 = all cores)")->check(non_negative());
   return {cmd, [o]() -> int {
-            require_positive(o->s.length, "--length");
-            if (!(o->s.temperature >= 0)) throw UsageError("--temperature must be 0 or positive");
-            if (o->s.top_k < 0 || o->s.top_k > 256) throw UsageError("--top-k must be in [0, 256]");
-            if (o->threads < 0) throw UsageError("--threads must be 0 (all cores) or positive");
             if (o->threads > 0) omp_set_num_threads(o->threads);
             const Checkpoint ck = load_checkpoint(o->ckpt);
             const int T = ck.cfg.T;
@@ -227,17 +221,16 @@ Subcommand register_eval(CLI::App& app) {
   cmd->add_option("ckpt", o->ckpt, "checkpoint file or run directory")->required();
   cmd->add_option("--data", o->data, "text file to evaluate on");
   cmd->add_option("--split", o->split,
-                  "val: the held-out tail (as in training); all: the whole file");
-  cmd->add_option("--val-fraction", o->val_fraction, "size of the held-out tail");
-  cmd->add_option("--batch,-B", o->batch, "sequences per forward pass");
-  cmd->add_option("--max-windows", o->max_windows, "evaluate at most this many windows (0 = all)");
+                  "val: the held-out tail (as in training); all: the whole file")
+      ->check(CLI::IsMember({"val", "all"}));
+  cmd->add_option("--val-fraction", o->val_fraction, "size of the held-out tail")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--batch,-B", o->batch, "sequences per forward pass")->check(positive());
+  cmd->add_option("--max-windows", o->max_windows, "evaluate at most this many windows (0 = all)")
+      ->check(non_negative());
   cmd->add_flag("--json", o->json, "print one JSON object instead of text");
   return {
       cmd, [o]() -> int {
-        require_positive(o->batch, "--batch");
-        if (o->max_windows < 0) throw UsageError("--max-windows must be 0 (all) or positive");
-        if (o->split != "val" && o->split != "all")
-          throw UsageError("--split must be val or all, got '" + o->split + "'");
         const Checkpoint ck = load_checkpoint(o->ckpt);
         require_memory(ck.cfg, o->batch, sizeof(float), Workload::Forward, "eval");
         const int T = ck.cfg.T;
@@ -290,12 +283,12 @@ Subcommand register_heatmap(CLI::App& app) {
   cmd->add_option("ckpt", o->ckpt, "checkpoint file or run directory")->required();
   cmd->add_option("--data", o->data, "text to route (its held-out tail is used)");
   cmd->add_option("--out,-o", o->out, "output directory (default <run>/heatmaps/step_<step>)");
-  cmd->add_option("--batch,-B", o->batch, "random windows averaged over");
-  cmd->add_option("--val-fraction", o->val_fraction, "size of the held-out tail");
+  cmd->add_option("--batch,-B", o->batch, "random windows averaged over")->check(positive());
+  cmd->add_option("--val-fraction", o->val_fraction, "size of the held-out tail")
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--seed", o->seed, "seed of the windows");
   cmd->add_option("--format", o->formats, "figure formats, comma-separated: png, svg, pdf");
   return {cmd, [o]() -> int {
-            require_positive(o->batch, "--batch");
             const std::vector<io::Format> formats = parse_format_flag(o->formats);
             const Checkpoint ck = load_checkpoint(o->ckpt);
             if (!ck.cfg.routed())

@@ -15,6 +15,7 @@
 #include "errors.h"
 #include "figures.h"
 #include "heatmap.h"  // kFiguresOff
+#include "json_types.h"
 
 namespace mhar::toy {
 
@@ -36,12 +37,12 @@ RunCurves read_run(const std::string& dir) {
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) continue;
     try {
-      const auto j = nlohmann::json::parse(line);
-      r.step.push_back(j.at("step").get<double>());
-      r.train.push_back(j.at("train_loss").get<double>());
-      if (j.contains("val_loss")) {
+      const auto row = nlohmann::json::parse(line).get<MetricsRow>();
+      r.step.push_back(static_cast<double>(row.step));
+      r.train.push_back(row.train_loss);
+      if (row.val_loss) {
         r.val_step.push_back(r.step.back());
-        r.val.push_back(j.at("val_loss").get<double>());
+        r.val.push_back(*row.val_loss);
       }
     } catch (const std::exception& e) {
       throw UsageError(metrics.string() + ": bad line: " + e.what());
@@ -89,15 +90,14 @@ Subcommand register_plot(CLI::App& app) {
   cmd->add_option("runs", o->runs, "run directories")->required();
   cmd->add_option("--out,-o", o->out, "output path without extension: writes OUT.png, OUT.svg, …");
   cmd->add_option("--format", o->formats, "figure formats, comma-separated: png, svg, pdf");
-  cmd->add_option("--metric", o->metric, "train | val | both (train solid, validation dashed)");
-  cmd->add_option("--smooth", o->smooth, "moving average of the train loss over N steps (1 = off)");
+  cmd->add_option("--metric", o->metric, "train | val | both (train solid, validation dashed)")
+      ->check(CLI::IsMember({"train", "val", "both"}));
+  cmd->add_option("--smooth", o->smooth, "moving average of the train loss over N steps (1 = off)")
+      ->check(positive());
   cmd->add_option("--title", o->title, "figure title");
   cmd->add_flag("--log-y", o->log_y, "logarithmic loss axis");
   return {
       cmd, [o]() -> int {
-        if (o->metric != "train" && o->metric != "val" && o->metric != "both")
-          throw UsageError("--metric must be train, val or both, got '" + o->metric + "'");
-        if (o->smooth < 1) throw UsageError("--smooth must be at least 1");
         const std::vector<io::Format> formats = parse_format_flag(o->formats);
         io::LinePlot plot;
         plot.title = o->title;

@@ -65,19 +65,22 @@ Subcommand register_probe(CLI::App& app) {
                                "text to probe on, its held-out tail (default: the run's own "
                                "--data, else data/tinyshakespeare.txt)");
   cmd->add_option("--windows", o->windows, "held-out windows of T bytes to probe on")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(positive());
   cmd->add_option("--batch-seed", o->batch_seed, "seed of the windows")->capture_default_str();
   cmd->add_option("--val-fraction", o->val_fraction, "size of the held-out tail")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--slices", o->probe.slices, "contiguous slices of q (must divide d)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(positive());
   cmd->add_option("--null-draws", o->probe.null_draws, "random queries for the null")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(positive());
   cmd->add_option("--null-seed", o->probe.null_seed, "seed of the null queries")
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "print one JSON object instead of the table");
   return {cmd, [o, data]() -> int {
-            if (o->windows <= 0) throw UsageError("--windows must be positive");
             const Checkpoint ck = load_checkpoint(o->ckpt);
             if (!ck.cfg.routed())
               throw UsageError(o->ckpt +

@@ -51,11 +51,10 @@ Subcommand register_stream(CLI::App& app) {
       "stream", "Hidden-state norm by depth and each sub-layer's contribution, on real text");
   cmd->add_option("ckpt", o->ckpt, "checkpoint file or run directory")->required();
   cmd->add_option("--data", o->data, "text to run (its held-out tail is used)");
-  cmd->add_option("--batch,-B", o->batch, "random windows averaged over");
+  cmd->add_option("--batch,-B", o->batch, "random windows averaged over")->check(positive());
   cmd->add_option("--seed", o->seed, "seed of the windows");
   cmd->add_option("--csv", o->csv, "also write the table as CSV to this file");
   return {cmd, [o]() -> int {
-            if (o->batch <= 0) throw UsageError("--batch must be positive");
             const Checkpoint ck = load_checkpoint(o->ckpt);
             const Corpus corpus = load_corpus(o->data, 0.1, ck.cfg.T);
             const Batch b = random_batch(corpus.val, o->batch, ck.cfg.T, o->seed, 0, 2);

@@ -11,8 +11,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstring>
 #include <deque>
@@ -28,6 +28,7 @@
 #include "cli_common.h"
 #include "errors.h"
 #include "figures.h"
+#include "json_types.h"
 #include "sweep.h"
 #include "train.h"
 
@@ -98,13 +99,8 @@ std::pair<long, long> run_progress(const fs::path& run) {
 
 double final_val(const fs::path& run) {
   double val = std::nan("");
-  std::ifstream in(run / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);) try {
-      const auto j = nlohmann::json::parse(line);
-      if (j.contains("val_loss")) val = j.at("val_loss").get<double>();
-    } catch (const std::exception&) {
-      break;
-    }
+  for (const MetricsRow& row : read_metrics(run / "metrics.jsonl"))
+    if (row.val_loss) val = *row.val_loss;
   return val;
 }
 
@@ -131,14 +127,27 @@ Subcommand register_sweep(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seeds", o->seeds, "seeds (comma list)")->capture_default_str();
   cmd->add_option("--ffn-ratio", o->ffn_ratio, "ffn = ratio · d, rounded to a multiple of 8")
-      ->capture_default_str();
-  cmd->add_option("--layers,-L", o->base.L, "transformer blocks")->capture_default_str();
-  cmd->add_option("--n-head", o->base.n_head, "query heads")->capture_default_str();
-  cmd->add_option("--n-kv-head", o->base.n_kv_head, "key/value heads")->capture_default_str();
-  cmd->add_option("--seq-len,-T", o->base.T, "tokens per sequence")->capture_default_str();
-  cmd->add_option("--blocks", o->base.n_blocks, "blocks of block and delta")->capture_default_str();
+      ->capture_default_str()
+      ->check(positive());
+  cmd->add_option("--layers,-L", o->base.L, "transformer blocks")
+      ->capture_default_str()
+      ->check(positive());
+  cmd->add_option("--n-head", o->base.n_head, "query heads")
+      ->capture_default_str()
+      ->check(positive());
+  cmd->add_option("--n-kv-head", o->base.n_kv_head, "key/value heads")
+      ->capture_default_str()
+      ->check(positive());
+  cmd->add_option("--seq-len,-T", o->base.T, "tokens per sequence")
+      ->capture_default_str()
+      ->check(positive());
+  cmd->add_option("--blocks", o->base.n_blocks, "blocks of block and delta")
+      ->capture_default_str()
+      ->check(positive());
   cmd->add_option("--out,-o", o->out, "directory of the runs and the summary");
-  cmd->add_option("--jobs,-j", o->jobs, "runs at a time (default: one per core, each with cores/J threads)");
+  cmd->add_option("--jobs,-j", o->jobs,
+                  "runs at a time (default: one per core, each with cores/J threads)")
+      ->check(non_negative());
   cmd->add_option("--summary", o->summary, "only (re)write the summary of the sweep in this directory");
   cmd->allow_extras();
   cmd->footer(

@@ -3,8 +3,10 @@
  * @brief `mhar-toy train`: flags → TrainOptions → train() or resume().
  */
 #include <filesystem>
+#include <string>
 
 #include "cli_common.h"
+#include "device_select.h"
 #include "errors.h"
 #include "train.h"
 
@@ -13,6 +15,39 @@
 #endif
 
 namespace mhar::toy {
+
+namespace {
+
+/// A validator that parses the value as a double and accepts it when ok(value).
+CLI::Validator number_where(bool (*ok)(double), const std::string& name, const std::string& need) {
+  return CLI::Validator(
+      [ok, need](std::string& input) -> std::string {
+        double v = 0;
+        std::size_t used = 0;
+        try {
+          v = std::stod(input, &used);
+        } catch (const std::exception&) {
+          return "'" + input + "' is not a number";
+        }
+        if (used != input.size()) return "'" + input + "' is not a number";
+        return ok(v) ? std::string() : need + ", got " + input;
+      },
+      name);
+}
+
+}  // namespace
+
+const CLI::Validator& positive() {
+  static const CLI::Validator v =
+      number_where([](double x) { return x > 0; }, "POSITIVE", "must be positive");
+  return v;
+}
+
+const CLI::Validator& non_negative() {
+  static const CLI::Validator v =
+      number_where([](double x) { return x >= 0; }, "NONNEGATIVE", "must be 0 or positive");
+  return v;
+}
 
 void add_cuda_sync_flag(CLI::App& cmd, bool& on) {
   cmd.add_flag("--cuda-sync", on,
@@ -29,16 +64,19 @@ void apply_cuda_sync(bool on) {
 }
 
 void add_model_flags(CLI::App& cmd, Config& cfg, std::string& mode) {
-  cmd.add_option("--mode", mode, "residual mode: residual | attnres | mhar | block | delta");
+  cmd.add_option("--mode", mode, "residual mode")->check(CLI::IsMember(mode_names()));
   cmd.add_option("--heads,-H", cfg.H,
-                 "routing heads H (must divide d; 0 = n_kv_head; attnres uses 1)");
-  cmd.add_option("--d", cfg.d, "model width d");
-  cmd.add_option("--layers,-L", cfg.L, "transformer blocks L");
-  cmd.add_option("--n-head", cfg.n_head, "attention query heads");
-  cmd.add_option("--n-kv-head", cfg.n_kv_head, "attention key/value heads (grouped-query)");
-  cmd.add_option("--ffn", cfg.ffn, "SwiGLU hidden width");
-  cmd.add_option("--seq-len,-T", cfg.T, "tokens (bytes) per sequence T");
-  cmd.add_option("--blocks", cfg.n_blocks, "blocks for the block and delta modes");
+                 "routing heads H (must divide d; 0 = n_kv_head; attnres uses 1)")
+      ->check(non_negative());
+  cmd.add_option("--d", cfg.d, "model width d")->check(positive());
+  cmd.add_option("--layers,-L", cfg.L, "transformer blocks L")->check(positive());
+  cmd.add_option("--n-head", cfg.n_head, "attention query heads")->check(positive());
+  cmd.add_option("--n-kv-head", cfg.n_kv_head, "attention key/value heads (grouped-query)")
+      ->check(positive());
+  cmd.add_option("--ffn", cfg.ffn, "SwiGLU hidden width")->check(positive());
+  cmd.add_option("--seq-len,-T", cfg.T, "tokens (bytes) per sequence T")->check(positive());
+  cmd.add_option("--blocks", cfg.n_blocks, "blocks for the block and delta modes")
+      ->check(positive());
 }
 
 Config model_config(Config cfg, const std::string& mode) {
@@ -67,29 +105,37 @@ Subcommand register_train(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "train", "Train a tiny model on a text file (on the GPU when there is one, else the CPU)");
   add_model_flags(*cmd, o->cfg, *mode);
-  cmd->add_option("--steps", o->steps, "optimizer steps");
-  cmd->add_option("--batch,-B", o->batch, "sequences per step");
-  cmd->add_option("--lr", o->lr, "peak learning rate (linear warmup, then cosine)");
-  cmd->add_option("--min-lr-ratio", o->min_lr_ratio, "final learning rate as a fraction of --lr");
-  cmd->add_option("--warmup", o->warmup, "warmup steps");
-  cmd->add_option("--weight-decay", o->weight_decay,
-                  "AdamW decoupled weight decay (matrices only)");
-  cmd->add_option("--clip", o->clip, "global gradient-norm clipping (0 = off)");
+  cmd->add_option("--steps", o->steps, "optimizer steps")->check(positive());
+  cmd->add_option("--batch,-B", o->batch, "sequences per step")->check(positive());
+  cmd->add_option("--lr", o->lr, "peak learning rate (linear warmup, then cosine)")
+      ->check(positive());
+  cmd->add_option("--min-lr-ratio", o->min_lr_ratio, "final learning rate as a fraction of --lr")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--warmup", o->warmup, "warmup steps")->check(non_negative());
+  cmd->add_option("--weight-decay", o->weight_decay, "AdamW decoupled weight decay (matrices only)")
+      ->check(non_negative());
+  cmd->add_option("--clip", o->clip, "global gradient-norm clipping (0 = off)")
+      ->check(non_negative());
   cmd->add_option("--seed", o->seed, "seed of the initialisation and the batches");
   cmd->add_option("--data", o->data, "training text (any file: bytes are tokens)");
   auto* out = cmd->add_option("--out,-o", o->out, "run directory (never overwritten)");
   out->default_str("runs/<mode>-h<H>-seed<seed>");
-  cmd->add_option("--device", o->device, "auto | cpu | cuda");
-  cmd->add_option("--val-fraction", o->val_fraction, "held-out tail of the data for validation");
-  cmd->add_option("--eval-every", o->eval_every, "validate every N steps");
-  cmd->add_option("--eval-batches", o->eval_batches, "batches per validation");
-  cmd->add_option("--ckpt-every", o->ckpt_every, "checkpoint every N steps (and at the end)");
+  cmd->add_option("--device", o->device, "where to train (auto: the GPU when there is one)")
+      ->check(CLI::IsMember(kDeviceChoices));
+  cmd->add_option("--val-fraction", o->val_fraction, "held-out tail of the data for validation")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--eval-every", o->eval_every, "validate every N steps")->check(positive());
+  cmd->add_option("--eval-batches", o->eval_batches, "batches per validation")->check(positive());
+  cmd->add_option("--ckpt-every", o->ckpt_every, "checkpoint every N steps (and at the end)")
+      ->check(positive());
   cmd->add_option("--heatmap-every", o->heatmap_every,
-                  "write routing heatmaps every N steps (0 = only at the end)");
+                  "write routing heatmaps every N steps (0 = only at the end)")
+      ->check(non_negative());
   cmd->add_option("--format", o->figure_formats,
                   "figure formats of the heatmaps, comma-separated: png, svg, pdf");
-  cmd->add_option("--log-every", o->log_every, "print a progress line every N steps (no terminal)");
-  cmd->add_option("--threads", o->threads, "CPU threads (0 = all cores)");
+  cmd->add_option("--log-every", o->log_every, "print a progress line every N steps (no terminal)")
+      ->check(positive());
+  cmd->add_option("--threads", o->threads, "CPU threads (0 = all cores)")->check(non_negative());
   cmd->add_flag("--quiet,-q", o->quiet, "print nothing but errors");
   cmd->add_option("--resume", *resume_dir,
                   "continue the run in DIR with its saved options (--steps N extends it)");

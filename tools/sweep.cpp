@@ -18,6 +18,7 @@
 #include "errors.h"
 #include "figures.h"
 #include "file_util.h"
+#include "json_types.h"
 #include "probe.h"
 
 namespace mhar::toy {
@@ -61,8 +62,8 @@ std::vector<SweepRun> expand_grid(const SweepGrid& g) {
           try {
             c.validate();
           } catch (const ShapeError& e) {
-            throw UsageError(fmt::format("sweep: the run {} d={} H={} cannot be built: {}", mode,
-                                         d, H, e.what()));
+            throw UsageError(fmt::format("sweep: the run {} d={} H={} cannot be built: {}", mode, d,
+                                         H, e.what()));
           }
           r.name = m == Mode::Residual || m == Mode::AttnRes
                        ? fmt::format("{}-d{}-seed{}", mode, d, seed)
@@ -73,7 +74,8 @@ std::vector<SweepRun> expand_grid(const SweepGrid& g) {
   return runs;
 }
 
-std::vector<SweepRow> summarize_sweep(const std::string& dir_s, std::vector<std::string>* unfinished) {
+std::vector<SweepRow> summarize_sweep(const std::string& dir_s,
+                                      std::vector<std::string>* unfinished) {
   struct Acc {
     std::vector<double> val, excess;
   };
@@ -91,22 +93,17 @@ std::vector<SweepRow> summarize_sweep(const std::string& dir_s, std::vector<std:
       std::ifstream in(run / "config.json");
       j = nlohmann::json::parse(in);
     } catch (const std::exception& e) {
-      throw UsageError(fmt::format("sweep: {}: not valid JSON: {}", (run / "config.json").string(),
-                                   e.what()));
+      throw UsageError(
+          fmt::format("sweep: {}: not valid JSON: {}", (run / "config.json").string(), e.what()));
     }
     const Config cfg = config_from_json(j.at("model"), (run / "config.json").string());
     const long steps = j.at("train").at("steps").get<long>();
     long last_step = -1;
     double val = std::nan("");
-    std::ifstream metrics(run / "metrics.jsonl");
-    for (std::string line; std::getline(metrics, line);) {
-      try {
-        const auto row = nlohmann::json::parse(line);
-        last_step = row.at("step").get<long>();
-        if (row.contains("val_loss")) val = row.at("val_loss").get<double>();
-      } catch (const std::exception&) {
-        break;  // a torn last line: the run did not finish
-      }
+    // Up to a torn last line, if any: then the run did not finish.
+    for (const MetricsRow& row : read_metrics(run / "metrics.jsonl")) {
+      last_step = row.step;
+      if (row.val_loss) val = *row.val_loss;
     }
     if (last_step != steps || std::isnan(val) || !fs::exists(run / "checkpoint.safetensors")) {
       if (unfinished) unfinished->push_back(run.filename().string());
@@ -120,7 +117,8 @@ std::vector<SweepRow> summarize_sweep(const std::string& dir_s, std::vector<std:
     if (cfg.routed() && cfg.route_heads() == 1) {
       const Checkpoint ck = load_checkpoint((run / "checkpoint.safetensors").string());
       const std::string data = j.at("train").at("data").get<std::string>();
-      const Corpus corpus = load_corpus(data, j.at("train").at("val_fraction").get<double>(), cfg.T);
+      const Corpus corpus =
+          load_corpus(data, j.at("train").at("val_fraction").get<double>(), cfg.T);
       const int windows = 16;
       const Batch b = random_batch(corpus.val, windows, cfg.T, 0, 0, 4);
       acc.excess.push_back(probe_model(cfg, ck.params, b, windows, ProbeOptions{}).mean.excess);
@@ -147,8 +145,7 @@ std::vector<SweepRow> summarize_sweep(const std::string& dir_s, std::vector<std:
     rows.push_back(r);
   }
   for (SweepRow& r : rows)
-    r.delta_vs_residual =
-        residual_at.count(r.d) ? r.val_mean - residual_at.at(r.d) : std::nan("");
+    r.delta_vs_residual = residual_at.count(r.d) ? r.val_mean - residual_at.at(r.d) : std::nan("");
   return rows;
 }
 
@@ -192,9 +189,9 @@ std::vector<std::string> write_sweep_figures(const std::string& dir,
   std::map<std::pair<int, int>, std::vector<const SweepRow*>> series;
   for (const SweepRow& r : rows) series[{mode_rank(r.mode), r.H}].push_back(&r);
   for (const auto& [key, rs] : series) {
-    const std::string label =
-        rs.front()->H > 1 ? fmt::format("{} H={}", rs.front()->mode, rs.front()->H)
-                          : rs.front()->mode;
+    const std::string label = rs.front()->H > 1
+                                  ? fmt::format("{} H={}", rs.front()->mode, rs.front()->H)
+                                  : rs.front()->mode;
     io::Series mean{label, {}, {}, false}, lo{label + " − sd", {}, {}, true},
         hi{label + " + sd", {}, {}, true}, ex{label, {}, {}, false};
     for (const SweepRow* r : rs) {
@@ -214,7 +211,8 @@ std::vector<std::string> write_sweep_figures(const std::string& dir,
     for (auto& p : io::write_lineplot((fs::path(dir) / "val-vs-width").string(), formats, val))
       written.push_back(p);
   if (!excess.series.empty())
-    for (auto& p : io::write_lineplot((fs::path(dir) / "excess-vs-width").string(), formats, excess))
+    for (auto& p :
+         io::write_lineplot((fs::path(dir) / "excess-vs-width").string(), formats, excess))
       written.push_back(p);
   return written;
 }

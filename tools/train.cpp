@@ -8,20 +8,24 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <numbers>
 
 #include "checkpoint.h"
 #include "data.h"
+#include "device_select.h"
 #include "errors.h"
 #include "file_util.h"
 #include "heatmap.h"
+#include "json_types.h"
 #include "memory.h"
 #include "optim.h"
 
@@ -41,55 +45,36 @@ namespace fs = std::filesystem;
 // ---- Options ----------------------------------------------------------------------------------
 
 nlohmann::json train_options_to_json(const TrainOptions& o) {
-  return {{"model", config_to_json(o.cfg)},
-          {"train",
-           {{"data", o.data},
-            {"steps", o.steps},
-            {"batch", o.batch},
-            {"lr", o.lr},
-            {"min_lr_ratio", o.min_lr_ratio},
-            {"warmup", o.warmup},
-            {"weight_decay", o.weight_decay},
-            {"clip", o.clip},
-            {"seed", o.seed},
-            {"val_fraction", o.val_fraction},
-            {"eval_every", o.eval_every},
-            {"eval_batches", o.eval_batches},
-            {"ckpt_every", o.ckpt_every},
-            {"heatmap_every", o.heatmap_every},
-            {"figure_formats", o.figure_formats},
-            {"log_every", o.log_every},
-            {"device", o.device},
-            {"threads", o.threads}}}};
+  return {{"model", config_to_json(o.cfg)}, {"train", o}};
 }
 
 TrainOptions train_options_from_json(const nlohmann::json& j, const std::string& where) {
   TrainOptions o;
+  o.cfg = config_from_json(j.at("model"), where);
   try {
-    o.cfg = config_from_json(j.at("model"), where);
-    const auto& t = j.at("train");
-    o.data = t.at("data").get<std::string>();
-    o.steps = t.at("steps").get<int>();
-    o.batch = t.at("batch").get<int>();
-    o.lr = t.at("lr").get<double>();
-    o.min_lr_ratio = t.at("min_lr_ratio").get<double>();
-    o.warmup = t.at("warmup").get<int>();
-    o.weight_decay = t.at("weight_decay").get<double>();
-    o.clip = t.at("clip").get<double>();
-    o.seed = t.at("seed").get<std::uint64_t>();
-    o.val_fraction = t.at("val_fraction").get<double>();
-    o.eval_every = t.at("eval_every").get<int>();
-    o.eval_batches = t.at("eval_batches").get<int>();
-    o.ckpt_every = t.at("ckpt_every").get<int>();
-    o.heatmap_every = t.at("heatmap_every").get<int>();
-    o.figure_formats = t.value("figure_formats", o.figure_formats);  // runs from before --format
-    o.log_every = t.at("log_every").get<int>();
-    o.device = t.at("device").get<std::string>();
-    o.threads = t.at("threads").get<int>();
+    nlohmann::json t = j.at("train");
+    if (!t.contains("figure_formats")) t["figure_formats"] = o.figure_formats;  // before --format
+    t.get_to(o);
   } catch (const nlohmann::json::exception& e) {
     throw UsageError(where + ": bad run config: " + e.what());
   }
   return o;
+}
+
+std::vector<MetricsRow> read_metrics(const fs::path& path, bool* torn) {
+  std::vector<MetricsRow> rows;
+  if (torn) *torn = false;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    try {
+      rows.push_back(nlohmann::json::parse(line).get<MetricsRow>());
+    } catch (const nlohmann::json::exception&) {
+      if (torn) *torn = true;
+      break;
+    }
+  }
+  return rows;
 }
 
 void validate(const TrainOptions& o) {
@@ -122,7 +107,7 @@ void validate(const TrainOptions& o) {
     throw UsageError("--min-lr-ratio must be in [0, 1]");
   if (!(o.weight_decay >= 0)) throw UsageError("--weight-decay must be 0 or positive");
   if (!(o.clip >= 0)) throw UsageError("--clip must be 0 (off) or positive");
-  if (o.device != "auto" && o.device != "cpu" && o.device != "cuda")
+  if (std::find(kDeviceChoices.begin(), kDeviceChoices.end(), o.device) == kDeviceChoices.end())
     throw UsageError("--device must be auto, cpu or cuda, got '" + o.device + "'");
 }
 
@@ -141,29 +126,6 @@ namespace {
 std::atomic<bool> g_interrupted{false};
 extern "C" void on_sigint(int) {
   g_interrupted = true;
-}
-
-/// Whether this build and machine can train on the GPU; `why` says why not.
-bool cuda_available(std::string* why) {
-#ifdef MHAR_WITH_CUDA
-  std::string reason;
-  if (mhar::cuda::device_count(&reason) > 0) return true;
-  if (why) *why = "no CUDA device (" + reason + ")";
-  return false;
-#else
-  if (why) *why = "this mhar-toy was built without CUDA (no nvcc at configure time)";
-  return false;
-#endif
-}
-
-/// The device the run uses: "cpu" or "cuda". `auto` takes the GPU when there is one.
-std::string pick_device(const std::string& requested) {
-  std::string why;
-  if (requested == "cpu") return "cpu";
-  if (cuda_available(&why)) return "cuda";
-  if (requested == "cuda")
-    throw UnavailableError("--device cuda: " + why + ". Use --device cpu (or auto).");
-  return "cpu";
 }
 
 /// What a training step needs from the device it runs on. Both backends run the same steps in
@@ -196,23 +158,9 @@ class CpuBackend : public Backend {
     return model_forward<float>(cfg_, p_, b.tokens, b.targets, batch_, &cache_);
   }
   void backward() override { model_backward(grads_, cfg_, p_, cache_); }
-  double clip(double max_norm) override {
-    std::vector<Mat<float>*> gl;
-    grads_.for_each([&](const std::string&, Mat<float>& g, bool) { gl.push_back(&g); });
-    return clip_grad_norm<float>(gl, max_norm);
-  }
+  double clip(double max_norm) override { return clip_grad_norm(grads_, max_norm); }
   void adamw(long step, double lr, const AdamWHyper& hyper) override {
-    std::vector<Mat<float>*> pm, mm, vm, gm;
-    std::vector<bool> decay;
-    p_.for_each([&](const std::string&, Mat<float>& t, bool dc) {
-      pm.push_back(&t);
-      decay.push_back(dc);
-    });
-    m_.for_each([&](const std::string&, Mat<float>& t, bool) { mm.push_back(&t); });
-    v_.for_each([&](const std::string&, Mat<float>& t, bool) { vm.push_back(&t); });
-    grads_.for_each([&](const std::string&, Mat<float>& t, bool) { gm.push_back(&t); });
-    for (std::size_t k = 0; k < pm.size(); ++k)
-      adamw_step(*pm[k], *mm[k], *vm[k], *gm[k], step, lr, hyper, decay[k]);
+    adamw_step(p_, m_, v_, grads_, step, lr, hyper);
   }
   float loss(const Batch& b) override {
     return model_forward<float>(cfg_, p_, b.tokens, b.targets, batch_, nullptr);
@@ -330,9 +278,15 @@ struct Metrics {
     if (!jsonl || !csv) throw std::runtime_error("cannot append to the metrics in " + dir.string());
   }
   void write(long step, double loss, double val, double lr, double gnorm, double tps, double el) {
-    nlohmann::json j = {{"step", step},       {"train_loss", loss},  {"lr", lr},
-                        {"grad_norm", gnorm}, {"tokens_per_s", tps}, {"elapsed_s", el}};
-    if (!std::isnan(val)) j["val_loss"] = val;
+    MetricsRow row;
+    row.step = step;
+    row.train_loss = loss;
+    row.lr = lr;
+    row.grad_norm = gnorm;
+    row.tokens_per_s = tps;
+    row.elapsed_s = el;
+    if (!std::isnan(val)) row.val_loss = val;
+    const nlohmann::json j = row;
     jsonl << j.dump() << "\n" << std::flush;
     csv << fmt::format("{},{:.6f},{},{:.6g},{:.6g},{:.1f},{:.2f}\n", step, loss,
                        std::isnan(val) ? std::string() : fmt::format("{:.6f}", val), lr, gnorm, tps,
@@ -361,6 +315,78 @@ void heatmaps(const fs::path& dir, const TrainOptions& o, const Params<float>& p
       io::parse_formats(o.figure_formats));
 }
 
+/// The line that opens a run: model, schedule, device, data.
+void print_run_header(const TrainOptions& o, const Params<float>& p, const Backend& backend,
+                      const Corpus& corpus, const fs::path& dir) {
+  if (o.quiet) return;
+  fmt::print(stderr,
+             "mhar-toy train: {}{}, d={} L={} heads={}/{} ffn={} T={}, {} parameters; "
+             "{} steps of {} × {} bytes on the {}; data {} ({} train / {} val bytes) → {}\n",
+             mode_name(o.cfg.mode),
+             o.cfg.routed() ? fmt::format(" (H={})", o.cfg.route_heads()) : std::string(), o.cfg.d,
+             o.cfg.L, o.cfg.n_head, o.cfg.n_kv_head, o.cfg.ffn, o.cfg.T, count_params(p), o.steps,
+             o.batch, o.cfg.T, backend.describe(), o.data, corpus.train.size(), corpus.val.size(),
+             dir.string());
+  if (!io::kFiguresBuilt && o.cfg.routed())
+    fmt::print(stderr, "mhar-toy train: {}; the heatmaps are alpha.csv and alpha.json only\n",
+               kFiguresOff);
+}
+
+/// What one optimiser step measured.
+struct StepResult {
+  float loss = 0;
+  double grad_norm = 0, lr = 0;
+};
+
+/// Step s: forward, backward, clipping, AdamW. Throws DivergedError on a non-finite loss or
+/// gradient norm, saying what is kept (`kept`).
+StepResult train_step(const TrainOptions& o, Backend& backend, const Batch& b, long s,
+                      const std::function<std::string()>& kept) {
+  StepResult r;
+  r.loss = backend.forward(b);
+  if (!std::isfinite(r.loss))
+    throw DivergedError(fmt::format(
+        "the training loss became {} at step {}; stopping: {}. Try a smaller --lr or a tighter "
+        "--clip.",
+        r.loss, s, kept()));
+  backend.backward();
+  r.grad_norm = backend.clip(o.clip);
+  if (!std::isfinite(r.grad_norm))
+    throw DivergedError(fmt::format("the gradient norm became {} at step {}; stopping: {}.",
+                                    r.grad_norm, s, kept()));
+  r.lr = learning_rate(o, s);
+  AdamWHyper hy;
+  hy.weight_decay = o.weight_decay;
+  backend.adamw(s, r.lr, hy);
+  return r;
+}
+
+/// The progress line: a bar redrawn in place on a terminal, else a line every --log-every steps
+/// and at every validation.
+struct Progress {
+  bool tty = false, quiet = false;
+  void print(const TrainOptions& o, long s, const StepResult& r, double val, double last_val,
+             double tokens_per_s, double eta_s) const {
+    if (tty) {
+      const int width = 24, filled = static_cast<int>(width * s / o.steps);
+      fmt::print(stderr, "\r[{}{}] step {}/{}  loss {:.4f}  val {}  {:.0f} tok/s  ETA {}   ",
+                 std::string(filled, '#'), std::string(width - filled, '.'), s, o.steps, r.loss,
+                 std::isnan(last_val) ? std::string("-") : fmt::format("{:.4f}", last_val),
+                 tokens_per_s, fmt_duration(eta_s));
+      if (s == o.steps) fmt::print(stderr, "\n");
+    } else if (!quiet && (s % o.log_every == 0 || s == o.steps || !std::isnan(val))) {
+      fmt::print(stderr, "step {:>6}/{}  loss {:.4f}{}  lr {:.2e}  {:.0f} tok/s  ETA {}\n", s,
+                 o.steps, r.loss,
+                 std::isnan(val) ? std::string() : fmt::format("  val {:.4f}", val), r.lr,
+                 tokens_per_s, fmt_duration(eta_s));
+    }
+  }
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 int run_loop(const TrainOptions& o, const fs::path& dir, Params<float>& p, Params<float>& m,
              Params<float>& v, long start_step) {
   const std::string device = pick_device(o.device);
@@ -371,19 +397,8 @@ int run_loop(const TrainOptions& o, const fs::path& dir, Params<float>& p, Param
   const std::unique_ptr<Backend> backend = make_backend(device, o.cfg, o.batch, p, m, v);
   Metrics metrics;
   metrics.open(dir, start_step);
-  const bool tty = isatty(STDERR_FILENO) && !o.quiet;
-  if (!o.quiet)
-    fmt::print(stderr,
-               "mhar-toy train: {}{}, d={} L={} heads={}/{} ffn={} T={}, {} parameters; "
-               "{} steps of {} × {} bytes on the {}; data {} ({} train / {} val bytes) → {}\n",
-               mode_name(o.cfg.mode),
-               o.cfg.routed() ? fmt::format(" (H={})", o.cfg.route_heads()) : std::string(),
-               o.cfg.d, o.cfg.L, o.cfg.n_head, o.cfg.n_kv_head, o.cfg.ffn, o.cfg.T, count_params(p),
-               o.steps, o.batch, o.cfg.T, backend->describe(), o.data, corpus.train.size(),
-               corpus.val.size(), dir.string());
-  if (!io::kFiguresBuilt && o.cfg.routed() && !o.quiet)
-    fmt::print(stderr, "mhar-toy train: {}; the heatmaps are alpha.csv and alpha.json only\n",
-               kFiguresOff);
+  print_run_header(o, p, *backend, corpus, dir);
+  const Progress progress{isatty(STDERR_FILENO) && !o.quiet, o.quiet};
 
   g_interrupted = false;
   auto old_handler = std::signal(SIGINT, on_sigint);
@@ -391,7 +406,7 @@ int run_loop(const TrainOptions& o, const fs::path& dir, Params<float>& p, Param
   double last_val = std::nan("");
   long step = start_step;
   long last_saved = start_step;  // a resumed run starts from its checkpoint; a fresh one has none
-  const auto kept = [&] {
+  const std::function<std::string()> kept = [&] {
     return last_saved > 0 ? fmt::format("the last good checkpoint (step {}) is kept in {}",
                                         last_saved, dir.string())
                           : std::string("no checkpoint had been written yet");
@@ -403,47 +418,19 @@ int run_loop(const TrainOptions& o, const fs::path& dir, Params<float>& p, Param
   while (step < o.steps) {
     const long s = step + 1;
     const auto ts = std::chrono::steady_clock::now();
-    const Batch b = random_batch(corpus.train, o.batch, o.cfg.T, o.seed, s);
-    const float loss = backend->forward(b);
-    if (!std::isfinite(loss))
-      throw DivergedError(
-          fmt::format("the training loss became {} at step {}; stopping: {}. Try "
-                      "a smaller --lr or a tighter --clip.",
-                      loss, s, kept()));
-    last_loss = loss;
-    backend->backward();
-    const double gnorm = backend->clip(o.clip);
-    if (!std::isfinite(gnorm))
-      throw DivergedError(
-          fmt::format("the gradient norm became {} at step {}; stopping: {}.", gnorm, s, kept()));
-    const double lr = learning_rate(o, s);
-    AdamWHyper hy;
-    hy.weight_decay = o.weight_decay;
-    backend->adamw(s, lr, hy);
+    const StepResult r =
+        train_step(o, *backend, random_batch(corpus.train, o.batch, o.cfg.T, o.seed, s), s, kept);
+    last_loss = r.loss;
     step = s;
-    const double step_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
-    const double elapsed =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double tps = o.batch * o.cfg.T / step_s;
+    const double tps = o.batch * o.cfg.T / seconds_since(ts);
+    const double elapsed = seconds_since(t0);
     double val = std::nan("");
     if (s % o.eval_every == 0 || s == o.steps)
       last_val = val = validation_loss(o, *backend, corpus);
-    metrics.write(s, loss, val, lr, gnorm, tps, elapsed);
-    const double eta =
-        elapsed / static_cast<double>(s - start_step) * static_cast<double>(o.steps - s);
-    if (tty) {
-      const int width = 24, filled = static_cast<int>(width * s / o.steps);
-      fmt::print(stderr, "\r[{}{}] step {}/{}  loss {:.4f}  val {}  {:.0f} tok/s  ETA {}   ",
-                 std::string(filled, '#'), std::string(width - filled, '.'), s, o.steps, loss,
-                 std::isnan(last_val) ? std::string("-") : fmt::format("{:.4f}", last_val), tps,
-                 fmt_duration(eta));
-      if (s == o.steps) fmt::print(stderr, "\n");
-    } else if (!o.quiet && (s % o.log_every == 0 || s == o.steps || !std::isnan(val))) {
-      fmt::print(stderr, "step {:>6}/{}  loss {:.4f}{}  lr {:.2e}  {:.0f} tok/s  ETA {}\n", s,
-                 o.steps, loss, std::isnan(val) ? std::string() : fmt::format("  val {:.4f}", val),
-                 lr, tps, fmt_duration(eta));
-    }
+    metrics.write(s, r.loss, val, r.lr, r.grad_norm, tps, elapsed);
+    progress.print(
+        o, s, r, val, last_val, tps,
+        elapsed / static_cast<double>(s - start_step) * static_cast<double>(o.steps - s));
     const bool heatmap_now = o.heatmap_every > 0 && s % o.heatmap_every == 0;
     const bool save_now = s % o.ckpt_every == 0 || s == o.steps || g_interrupted;
     if (heatmap_now || save_now) backend->sync();  // p, m, v on the host are current
