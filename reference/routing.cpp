@@ -2,18 +2,17 @@
  * @file routing.cpp
  * @brief Depth routing, CPU reference: docs/design.md §1 line by line.
  *
- * Forward, per position p (vectorised below over all P positions at once):
- *   (1) r_i      = 1 / sqrt( (1/d) Σ_c S_i[p,c]² + eps )      RMS over the FULL width d
- *   (2) z_i[h]   = Σ_{c∈h} q_c · g_c · r_i · S_i[p,c]          no 1/√d, no temperature
- *   (3) α_i[h]   = exp(z_i[h]) / Σ_j exp(z_j[h])               softmax over depth, per head
- *   (4) out[p,c] = Σ_i α_i[h(c)] · S_i[p,c]                    values are the RAW sources
+ * Open docs/design.md#routing-steps beside this file: the forward below is its steps (1)–(4),
+ * each comment carrying the step's number, vectorised over all P positions at once; the
+ * backward is the same page's derivation, from (4) back to (1).
  *
  * Head h owns the K = d / H columns [h·K, (h+1)·K). Because a row-major P × d matrix stores
  * those K columns contiguously, it is also a (P·H) × K matrix whose row p·H + h is head h of
  * position p: `heads(X)` below is that view, and `flat(A)` reads a P × H matrix as the matching
  * column of P·H values. A per-head sum is then one `rowwise().sum()` over heads(X), and scaling
  * each head by its weight one `flat(α).asDiagonal() * heads(X)`, for all heads at once.
- * The backward walks (4) → (1). The CUDA twin is cuda/routing.cu.
+ * The CUDA twin is cuda/routing.cu, one file per version behind it (routing_naive.cu is these
+ * loops, one thread per output element).
  */
 #include "routing.h"
 

@@ -4,12 +4,8 @@
  *        loops — the same math as mhar::routing_backward (reference/routing.cpp), which is
  *        vectorised over positions with Eigen instead.
  *
- * Forward, per position p:
- *   (1) r_i       = 1 / sqrt( (1/d) Σ_c S_i[p,c]² + eps )
- *   (2) z_i[h]    = Σ_{c∈h} q_c · g_c · r_i · S_i[p,c]
- *   (3) α_i[h]    = exp(z_i[h]) / Σ_j exp(z_j[h])
- *   (4) out[p,c]  = Σ_i α_i[h(c)] · S_i[p,c]
- * The backward below walks (4) → (1). Everything accumulates (+=).
+ * The forward is steps (1)–(4) of docs/design.md#routing-steps, per position p; the backward
+ * below walks them from (4) back to (1). Everything accumulates (+=).
  */
 #include <span>
 #include <vector>

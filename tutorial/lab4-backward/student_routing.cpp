@@ -8,11 +8,8 @@
  *
  *     cmake --build build --target lab4_check_student && build/tutorial/lab4_check_student
  *
- * The forward you are differentiating, per position p (r_i and α_i are saved for you):
- *   (1) r_i       = 1 / sqrt( (1/d) Σ_c S_i[p,c]² + eps )
- *   (2) z_i[h]    = Σ_{c∈h} q_c · g_c · r_i · S_i[p,c]
- *   (3) α_i[h]    = exp(z_i[h]) / Σ_j exp(z_j[h])
- *   (4) out[p,c]  = Σ_i α_i[h(c)] · S_i[p,c]
+ * The forward you are differentiating is steps (1)–(4) of docs/design.md#routing-steps, per
+ * position p (r_i and α_i are saved for you).
  *
  * Letters: P positions, d width, N sources, H routing heads, K = d / H; head h owns the columns
  * [h·K, (h+1)·K). Same signature as mhar::routing_backward (reference/routing.h), namespace lab4.
