@@ -27,6 +27,8 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "cuda/attention.h"
 #include "cuda/layers.h"
@@ -132,53 +134,83 @@ Params<float> DeviceParams::download() const {
 
 namespace {
 
-/// Floats of each part of a DeviceCache for (cfg, B), in the order the constructor allocates.
-struct CachePlan {
-  std::vector<std::pair<std::string, std::size_t>> parts;
-  std::size_t total() const {
-    std::size_t n = 0;
-    for (const auto& [name, count] : parts) n += count;
-    return n * sizeof(float);
-  }
-};
-
-CachePlan plan_cache(const Config& cfg, int B) {
+/**
+ * The one list of a DeviceCache's buffers for (cfg, B), in allocation order. Calls
+ * visit(&DeviceCache::member, floats) for a single buffer, and visit(&DeviceCache::list, floats)
+ * once per element of a per-layer or per-site list. bytes_needed sums it, the constructor
+ * allocates from it, and bytes() and poison() walk the buffers it names: none can drift from
+ * another.
+ */
+template <typename Visit>
+void cache_plan(const Config& cfg, int B, Visit&& visit) {
+  using C = DeviceCache;
   const int P = B * cfg.T, d = cfg.d, L = cfg.L, hd = cfg.head_dim(), H = cfg.route_heads();
   const int qw = cfg.n_head * hd, kw = cfg.n_kv_head * hd;
   const int n_prims = 2 * L + 1;
-  CachePlan plan;
-  auto add = [&](const std::string& name, std::size_t n) { plan.parts.push_back({name, n}); };
-  add("tokens, targets", sz(2, P));
-  add("primitives", sz(n_prims, P, d));
-  if (stream_mode(cfg.mode)) add("stream inputs", sz(2 * L, P, d));
-  add("RMSNorm 1/RMS and outputs", sz(2 * L, P) + sz(2 * L, P, d));
-  add("q, k, v, attention outputs", sz(L, P) * (2 * qw + 2 * kw));
-  add("attention probabilities", sz(L, sz(B, cfg.n_head), sz(cfg.T, cfg.T)));
-  add("MLP gate, up", sz(L, 2 * P, cfg.ffn));
+  visit(&C::tokens, sz(P));
+  visit(&C::targets, sz(P));
+  visit(&C::prims, sz(n_prims, P, d));
+  if (stream_mode(cfg.mode))
+    for (int j = 0; j < 2 * L; ++j) visit(&C::stream_inputs, sz(P, d));
+  visit(&C::norm_rinv, sz(2 * L, P));
+  visit(&C::normed, sz(2 * L, P, d));
+  for (int l = 0; l < L; ++l) {
+    visit(&C::q, sz(P, qw));
+    visit(&C::k, sz(P, kw));
+    visit(&C::v, sz(P, kw));
+    visit(&C::attn, sz(P, qw));
+    visit(&C::probs, sz(B, cfg.n_head, sz(cfg.T, cfg.T)));
+    visit(&C::gate, sz(P, cfg.ffn));
+    visit(&C::up, sz(P, cfg.ffn));
+  }
   std::size_t widest = 0;
   for (int s = 0; s < cfg.n_sites(); ++s) {
     const std::size_t N = site_groups(cfg, s).size();
-    if (!routes_over_prims(cfg.mode)) add("routing sources", sz(N, P, d));
-    add("routing outputs and weights", sz(P, d) + sz(N, P, H));
+    visit(&C::site_sources, routes_over_prims(cfg.mode) ? 0 : sz(N, P, d));
+    visit(&C::site_out, sz(P, d));
+    visit(&C::alpha, sz(N, P, H));
     widest = std::max(widest, N);
   }
-  if (cfg.mode == Mode::Delta) add("stream", sz(P, d));
-  if (stream_mode(cfg.mode)) add("final read", sz(P, d));
-  add("final norm", sz(P) + sz(P, d));
-  add("logits, probabilities", sz(2, P, cfg.vocab));
-  add("loss", 1);
-  add("backward: primitive gradients", sz(n_prims, P, d));
-  add("backward: row buffers", sz(5, P, d) + sz(3, P, qw) + sz(3, P, kw));
-  if (!routes_over_prims(cfg.mode) && cfg.routed())
-    add("backward: source gradients", sz(widest, P, d));
-  add("backward: dlogits", sz(P, cfg.vocab));
-  return plan;
+  if (cfg.mode == Mode::Delta) visit(&C::stream, sz(P, d));
+  if (stream_mode(cfg.mode)) visit(&C::final_in_own, sz(P, d));
+  visit(&C::final_rinv, sz(P));
+  visit(&C::final_normed, sz(P, d));
+  visit(&C::logits, sz(P, cfg.vocab));
+  visit(&C::probs_out, sz(P, cfg.vocab));
+  visit(&C::loss, 1);
+  visit(&C::dprims, sz(n_prims, P, d));
+  for (auto row : {&C::dh, &C::dout, &C::dnormed, &C::dinput, &C::dtmp}) visit(row, sz(P, d));
+  for (auto row : {&C::dattn, &C::dq, &C::dq_pre}) visit(row, sz(P, qw));
+  for (auto row : {&C::dk, &C::dv, &C::dk_pre}) visit(row, sz(P, kw));
+  if (!routes_over_prims(cfg.mode) && cfg.routed()) visit(&C::dsources, sz(widest, P, d));
+  visit(&C::dlogits, sz(P, cfg.vocab));
+}
+
+/// A single buffer of the plan, or one element of a list.
+using One = DeviceBuffer DeviceCache::*;
+using List = std::vector<DeviceBuffer> DeviceCache::*;
+
+/// Calls f on every buffer the cache's plan names (each list's elements once).
+template <typename F>
+void for_each_buffer(DeviceCache& c, F&& f) {
+  std::vector<List> seen;
+  cache_plan(c.cfg, c.B, [&](auto member, std::size_t) {
+    if constexpr (std::is_same_v<decltype(member), One>) {
+      f(c.*member);
+    } else {
+      if (std::find(seen.begin(), seen.end(), member) != seen.end()) return;
+      seen.push_back(member);
+      for (DeviceBuffer& b : c.*member) f(b);
+    }
+  });
 }
 
 }  // namespace
 
 std::size_t DeviceCache::bytes_needed(const Config& cfg, int B) {
-  return plan_cache(cfg, B).total();
+  std::size_t floats = 0;
+  cache_plan(cfg, B, [&](auto, std::size_t n) { floats += n; });
+  return floats * sizeof(float);
 }
 
 DeviceCache::DeviceCache(const Config& cfg, int B_) {
@@ -198,54 +230,12 @@ DeviceCache::DeviceCache(const Config& cfg, int B_) {
     B = B_;
     P = B * cfg.T;
     this->cfg = cfg;
-    const int d = cfg.d, L = cfg.L, hd = cfg.head_dim(), H = cfg.route_heads();
-    const int qw = cfg.n_head * hd, kw = cfg.n_kv_head * hd;
-    const int n_prims = 2 * L + 1;
-    tokens = DeviceBuffer(sz(P));
-    targets = DeviceBuffer(sz(P));
-    prims = DeviceBuffer(sz(n_prims, P, d));
-    if (stream_mode(cfg.mode))
-      for (int j = 0; j < 2 * L; ++j) stream_inputs.emplace_back(sz(P, d));
-    norm_rinv = DeviceBuffer(sz(2 * L, P));
-    normed = DeviceBuffer(sz(2 * L, P, d));
-    for (int l = 0; l < L; ++l) {
-      q.emplace_back(sz(P, qw));
-      k.emplace_back(sz(P, kw));
-      v.emplace_back(sz(P, kw));
-      attn.emplace_back(sz(P, qw));
-      probs.emplace_back(sz(B, cfg.n_head, sz(cfg.T, cfg.T)));
-      gate.emplace_back(sz(P, cfg.ffn));
-      up.emplace_back(sz(P, cfg.ffn));
-    }
-    std::size_t widest = 0;
-    for (int s = 0; s < cfg.n_sites(); ++s) {
-      const std::size_t N = site_groups(cfg, s).size();
-      site_sources.emplace_back(routes_over_prims(cfg.mode) ? 0 : sz(N, P, d));
-      site_out.emplace_back(sz(P, d));
-      alpha.emplace_back(sz(N, P, H));
-      widest = std::max(widest, N);
-    }
-    if (cfg.mode == Mode::Delta) stream = DeviceBuffer(sz(P, d));
-    if (stream_mode(cfg.mode)) final_in_own = DeviceBuffer(sz(P, d));
-    final_rinv = DeviceBuffer(sz(P));
-    final_normed = DeviceBuffer(sz(P, d));
-    logits = DeviceBuffer(sz(P, cfg.vocab));
-    probs_out = DeviceBuffer(sz(P, cfg.vocab));
-    loss = DeviceBuffer(1);
-    dprims = DeviceBuffer(sz(n_prims, P, d));
-    dh = DeviceBuffer(sz(P, d));
-    dout = DeviceBuffer(sz(P, d));
-    dnormed = DeviceBuffer(sz(P, d));
-    dinput = DeviceBuffer(sz(P, d));
-    dtmp = DeviceBuffer(sz(P, d));
-    dattn = DeviceBuffer(sz(P, qw));
-    dq = DeviceBuffer(sz(P, qw));
-    dq_pre = DeviceBuffer(sz(P, qw));
-    dk = DeviceBuffer(sz(P, kw));
-    dv = DeviceBuffer(sz(P, kw));
-    dk_pre = DeviceBuffer(sz(P, kw));
-    if (!routes_over_prims(cfg.mode) && cfg.routed()) dsources = DeviceBuffer(sz(widest, P, d));
-    dlogits = DeviceBuffer(sz(P, cfg.vocab));
+    cache_plan(cfg, B, [&](auto member, std::size_t n) {
+      if constexpr (std::is_same_v<decltype(member), One>)
+        this->*member = DeviceBuffer(n);
+      else
+        (this->*member).emplace_back(n);
+    });
   } catch (const std::runtime_error& e) {
     throw std::runtime_error(what + " (" + mib(free_bytes) + " free of " + mib(total_bytes) +
                              "), and an allocation failed: " + e.what() +
@@ -273,20 +263,6 @@ std::string DeviceCache::shape_mismatch(const Config& other) const {
   number("routing heads", cfg.route_heads(), other.route_heads());
   number("n_blocks", cfg.n_blocks, other.n_blocks);
   return diff;
-}
-
-template <typename F>
-void for_each_buffer(DeviceCache& c, F&& f) {
-  for (DeviceBuffer* b :
-       {&c.tokens,       &c.targets,    &c.prims,        &c.norm_rinv, &c.normed,    &c.stream,
-        &c.final_in_own, &c.final_rinv, &c.final_normed, &c.logits,    &c.probs_out, &c.loss,
-        &c.dprims,       &c.dh,         &c.dout,         &c.dnormed,   &c.dinput,    &c.dtmp,
-        &c.dattn,        &c.dq,         &c.dq_pre,       &c.dk,        &c.dv,        &c.dk_pre,
-        &c.dsources,     &c.dlogits})
-    f(*b);
-  for (auto* v : {&c.stream_inputs, &c.q, &c.k, &c.v, &c.attn, &c.probs, &c.gate, &c.up,
-                  &c.site_sources, &c.site_out, &c.alpha})
-    for (auto& b : *v) f(b);
 }
 
 std::size_t DeviceCache::bytes() const {
