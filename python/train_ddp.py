@@ -65,6 +65,9 @@ def parse_args(argv):
     t.add_argument("--eval-batches", type=int, default=8, help="batches per validation")
     t.add_argument("--ckpt-every", type=int, default=100, help="checkpoint every N steps")
     t.add_argument("--log-every", type=int, default=10, help="progress line every N steps")
+    t.add_argument("--stop-after", type=int, default=0, metavar="N",
+                   help="stop after step N with a checkpoint, as an interruption would (for "
+                        "time-limited jobs); continue with --resume")
     t.add_argument("--resume", default=None, metavar="DIR",
                    help="continue the run in DIR with its saved options (--steps N extends it)")
     t.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
@@ -413,8 +416,15 @@ def run(a, cfg, train, run_dir, corpus, world, rank, device, backend, quiet):
                 print("step %6d/%d  loss %.4f%s  lr %.2e  %.0f tok/s  ETA %s"
                       % (s, train["steps"], loss_all, "" if val is None else "  val %.4f" % val,
                          lr, tps, fmt_duration(eta)), file=sys.stderr, flush=True)
-            if s % train["ckpt_every"] == 0 or s == train["steps"]:
+            stop = a.stop_after > 0 and s >= a.stop_after and s < train["steps"]
+            if s % train["ckpt_every"] == 0 or s == train["steps"] or stop:
                 save(s)
+            if stop:
+                if not quiet:
+                    print("stopped after step %d (--stop-after): checkpoint saved in %s; continue "
+                          "with `python3 python/train_ddp.py --resume %s`" % (s, run_dir, run_dir),
+                          file=sys.stderr)
+                return 0
     except KeyboardInterrupt:
         save(step)
         if not quiet:
