@@ -74,6 +74,10 @@ def parse_args(argv):
     x = p.add_argument_group("PyTorch")
     x.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
                    help="cuda: one GPU per process (NCCL); cpu: gloo")
+    x.add_argument("--init", default="mhar", choices=["mhar", "torch"],
+                   help="mhar: mhar-toy's initial parameters for --seed, bit for bit (about 2 s "
+                        "per million parameters); torch: the same distribution from PyTorch's "
+                        "generator (fast; for large models)")
     x.add_argument("--threads", type=int, default=0, help="CPU threads per process (0: torch's)")
     return p.parse_args(argv)
 
@@ -101,9 +105,10 @@ def options_from_args(a):
     return cfg, train
 
 
-def options_to_json(cfg, train, world, backend):
+def options_to_json(cfg, train, world, backend, init):
     j = {"model": cfg.to_dict(), "train": {k: train[k] for k in TRAIN_KEYS},
-         "pytorch": {"world_size": world, "backend": backend, "trainer": "python/train_ddp.py"}}
+         "pytorch": {"world_size": world, "backend": backend, "init": init,
+                     "trainer": "python/train_ddp.py"}}
     return json.dumps(j, indent=2, sort_keys=True) + "\n"
 
 
@@ -309,7 +314,8 @@ def run(a, cfg, train, run_dir, corpus, world, rank, device, backend, quiet):
                       % (run_dir, train["steps"]), file=sys.stderr)
             return 0
     else:
-        model = MharModel(cfg, seed=train["seed"])  # mhar-toy's initialisation, bit for bit
+        # mhar-toy's initialisation, bit for bit (or, with --init torch, PyTorch's draws)
+        model = MharModel(cfg, seed=train["seed"], init=a.init)
     model.to(device)
     named = model.checkpoint_parameters()
     groups = [{"params": [p for n, p in named if decays(n)], "weight_decay": train["weight_decay"]},
@@ -329,7 +335,9 @@ def run(a, cfg, train, run_dir, corpus, world, rank, device, backend, quiet):
         os.makedirs(run_dir, exist_ok=True)
         if not a.resume or a.steps is not None:
             write_atomic(os.path.join(run_dir, "config.json"),
-                         options_to_json(cfg, train, world, backend).encode())
+                         options_to_json(cfg, train, world, backend,
+                                         "resumed at step %d" % start_step if a.resume
+                                         else a.init).encode())
         metrics = open_metrics(run_dir, start_step)
     B, T = train["batch"], cfg.T
     local = B // world

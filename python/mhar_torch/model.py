@@ -142,10 +142,12 @@ class MharModel(nn.Module):
     in the order of reference/model.h's Params::for_each.
 
     ``MharModel(cfg, seed=1)`` draws mhar-toy's initialisation for that seed exactly (see
-    ``init_parameters``); ``seed=None`` leaves every tensor zero (to be loaded into).
+    ``init_parameters``; about 2 s per million parameters); ``init="torch"`` draws the same
+    distribution with PyTorch's generator instead (fast, for large models, not mhar-toy's
+    numbers); ``seed=None`` leaves every tensor zero (to be loaded into).
     """
 
-    def __init__(self, cfg, seed=1, dtype=torch.float32):
+    def __init__(self, cfg, seed=1, dtype=torch.float32, init="mhar"):
         super().__init__()
         self.cfg = cfg.validate()
         self.embed = nn.Parameter(torch.zeros(cfg.vocab, cfg.d, dtype=dtype))
@@ -157,8 +159,10 @@ class MharModel(nn.Module):
             self.delta = Delta(cfg, dtype)
         self._groups = [site_groups(cfg, s) for s in range(cfg.n_sites)]
         self._rope = {}
+        if init not in ("mhar", "torch"):
+            raise ValueError("init must be 'mhar' or 'torch', got %r" % (init,))
         if seed is not None:
-            self.init_parameters(seed)
+            self.init_parameters(seed, torch_rng=init == "torch")
 
     # ---- parameters ---------------------------------------------------------------------------
 
@@ -169,15 +173,17 @@ class MharModel(nn.Module):
         return [(name, params[name]) for name in parameter_names(self.cfg)]
 
     @torch.no_grad()
-    def init_parameters(self, seed, fused=True):
+    def init_parameters(self, seed, fused=True, torch_rng=False):
         """docs/design.md §2: matrices N(0, 0.02²), gains 1, route.q 0, route.g 1, ν and gates 0.
         The matrices are drawn, in checkpoint order and row-major, exactly as mhar-toy draws them
         (std::mt19937_64(seed), std::normal_distribution; mhar_torch.rng), then rounded to float32:
         the same bits as `mhar-toy train --seed` and `mhar-toy grad --seed` (`fused`: see
-        rng.normals)."""
-        gen = crng.MT19937_64(seed)
+        rng.normals). `torch_rng`: the same distribution from torch.Generator(seed) instead."""
+        gen = torch.Generator().manual_seed(seed) if torch_rng else crng.MT19937_64(seed)
         for name, p in self.checkpoint_parameters():
-            if decays(name):
+            if decays(name) and torch_rng:
+                p.copy_(torch.empty(p.shape).normal_(0.0, 0.02, generator=gen).to(p.dtype))
+            elif decays(name):
                 v = crng.normals(gen, p.numel(), 0.0, 0.02, fused=fused).astype(np.float32)
                 p.copy_(torch.from_numpy(v).reshape(p.shape).to(p.dtype))
             elif name.endswith("norm") or name == "route.g":
