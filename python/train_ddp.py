@@ -383,6 +383,10 @@ def run(a, cfg, train, run_dir, corpus, world, rank, device, backend, quiet):
         if start_step:
             print("resuming %s from step %d" % (run_dir, start_step), file=sys.stderr)
 
+    # MHAR_DDP_TRACE=DIR (a test hook, py:ddp): each process appends the windows it took and its
+    # own loss at every step to DIR/rank<r>.jsonl
+    trace_dir = os.environ.get("MHAR_DDP_TRACE")
+    trace = open(os.path.join(trace_dir, "rank%d.jsonl" % rank), "a") if trace_dir else None
     t0 = time.monotonic()
     last_val, last_loss, step = None, float("nan"), start_step
     try:
@@ -394,6 +398,10 @@ def run(a, cfg, train, run_dir, corpus, world, rank, device, backend, quiet):
             opt.zero_grad(set_to_none=True)
             loss.backward()  # DDP: every gradient is now the mean over all processes
             loss_all = mean_over_ranks(loss.item())
+            if trace is not None:  # test hook: which windows this process took, its own loss
+                trace.write(json.dumps({"step": s, "rank": rank, "loss": loss.item(),
+                                        "tokens": tok[rows].tolist()}) + "\n")
+                trace.flush()
             if not math.isfinite(loss_all):
                 raise DivergedError("the training loss became %s at step %d; stopping. Try a "
                                     "smaller --lr or a tighter --clip." % (loss_all, s))

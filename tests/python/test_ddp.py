@@ -68,8 +68,10 @@ def main():
     torchrun = [sys.executable, os.path.join(common.PYTHON_DIR, "torchrun_compat.py"), "--nnodes", "1",
                 "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port",
                 str(free_port())]
+    trace = os.path.join(work, "trace")
+    os.makedirs(trace)
     _, _, err2 = common.run(torchrun + [os.path.join(common.PYTHON_DIR, "train_ddp.py")] + FLAGS
-                            + ["--out", two], env=env, timeout=180)
+                            + ["--out", two], env=dict(env, MHAR_DDP_TRACE=trace), timeout=180)
     t_two = time.monotonic() - t
     with open(os.path.join(two, "config.json")) as f:
         info = json.load(f)["pytorch"]
@@ -77,6 +79,29 @@ def main():
         failures.append("the torchrun run did not run as 2 gloo processes: %s" % info)
 
     m1, m2 = metrics(one), metrics(two)
+    # each process took its own half of the global batch mhar-toy draws, and the logged loss is
+    # the mean of the two halves' losses
+    from mhar_torch.data import Corpus, random_batch
+    train_bytes = Corpus(common.CORPUS, 0.1, 16).train
+    ranks = []
+    for r in (0, 1):
+        with open(os.path.join(trace, "rank%d.jsonl" % r)) as f:
+            ranks.append([json.loads(l) for l in f if l.strip()])
+    for s, (a, b) in enumerate(zip(*ranks), start=1):
+        tok, _ = random_batch(train_bytes, 4, 16, 7, s)
+        if a["tokens"] != tok[:2].tolist() or b["tokens"] != tok[2:].tolist():
+            failures.append("step %d: the processes did not take windows 0-1 and 2-3 of the "
+                            "global batch" % s)
+        mean = (a["loss"] + b["loss"]) / 2
+        if abs(mean - m2[s - 1]["train_loss"]) > 1e-12 or a["loss"] == b["loss"]:
+            failures.append("step %d: logged loss %.9g, the processes' losses %.9g and %.9g"
+                            % (s, m2[s - 1]["train_loss"], a["loss"], b["loss"]))
+    if len(ranks[0]) != STEPS or len(ranks[1]) != STEPS:
+        failures.append("the trace has %d and %d steps" % (len(ranks[0]), len(ranks[1])))
+    else:
+        print("each process took its half of the global batch; step 1 losses: rank 0 %.6f, "
+              "rank 1 %.6f, mean %.6f" % (ranks[0][0]["loss"], ranks[1][0]["loss"],
+                                          m2[0]["train_loss"]))
     print("step  loss (1 process)   loss (2 processes)  relative diff")
     for a, b in zip(m1, m2):
         rel = abs(a["train_loss"] - b["train_loss"]) / abs(a["train_loss"])
