@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The PyTorch twin's training step time, on the shapes of `mhar-toy bench step`: forward,
 backward, global-norm clipping and AdamW on one batch of random bytes, the median of --repeats
-timed steps after one untimed warm-up step, per mode. Run it beside `mhar-toy bench step` with the
-same flags and --threads to compare (docs/pytorch.md).
+timed steps per mode after one untimed warm-up step, the modes interleaved. Run it beside
+`mhar-toy bench step` with the same flags and --threads to compare (docs/pytorch.md).
 
     python3 python/bench_step.py --modes residual,attnres,mhar --threads 2
 """
@@ -39,12 +39,13 @@ def main(argv):
     print("PyTorch %s, %d thread%s; d=%d L=%d T=%d batch %d; median of %d steps"
           % (torch.__version__, torch.get_num_threads(), "" if torch.get_num_threads() == 1 else "s",
              a.d, a.layers, a.seq_len, a.batch, a.repeats))
-    print("%-10s %10s %10s %12s" % ("mode", "ms/step", "steps/s", "tokens/s"))
+    print("%-10s %10s %10s %12s %12s" % ("mode", "ms/step", "steps/s", "tokens/s", "÷ first"))
+    steps = {}
     for mode in a.modes.split(","):
         cfg = Config(d=a.d, L=a.layers, n_head=a.n_head, n_kv_head=a.n_kv_head, ffn=a.ffn,
                      T=a.seq_len, mode=mode, H=a.heads, n_blocks=a.blocks)
         try:
-            model = MharModel(cfg, seed=1)
+            model = MharModel(cfg, seed=1, init="torch")  # the numbers do not change the cost
         except ConfigError as e:
             print("bench_step.py: error: %s" % e, file=sys.stderr)
             return 2
@@ -60,7 +61,7 @@ def main(argv):
         x = torch.randint(0, 256, (a.batch, a.seq_len), generator=g)
         y = torch.randint(0, 256, (a.batch, a.seq_len), generator=g)
 
-        def step():
+        def step(model=model, opt=opt, x=x, y=y):
             t0 = time.perf_counter()
             opt.zero_grad(set_to_none=True)
             model(x, y).backward()
@@ -69,8 +70,16 @@ def main(argv):
             return time.perf_counter() - t0
 
         step()  # warm-up: allocations, the RoPE tables
-        s = statistics.median(step() for _ in range(a.repeats))
-        print("%-10s %10.1f %10.2f %12.0f" % (mode, 1e3 * s, 1 / s, a.batch * a.seq_len / s))
+        steps[mode] = (step, [])
+    for _ in range(a.repeats):  # interleaved, as mhar-toy bench: a load change hits every mode
+        for mode, (step, times) in steps.items():
+            times.append(step())
+    first = None
+    for mode, (_, times) in steps.items():
+        s = statistics.median(times)
+        first = first or s
+        print("%-10s %10.1f %10.2f %12.0f %11.3f×" % (mode, 1e3 * s, 1 / s,
+                                                      a.batch * a.seq_len / s, s / first))
     return 0
 
 
