@@ -74,6 +74,10 @@ def parse_args(argv):
     x = p.add_argument_group("PyTorch")
     x.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
                    help="cuda: one GPU per process (NCCL); cpu: gloo")
+    x.add_argument("--autocast", default="off", choices=["off", "bf16"],
+                   help="bf16: forward and backward under torch.autocast in bfloat16 (weights, "
+                        "moments and checkpoints stay float32); off: float32 throughout, as "
+                        "mhar-toy")
     x.add_argument("--init", default="mhar", choices=["mhar", "torch"],
                    help="mhar: mhar-toy's initial parameters for --seed, bit for bit (about 2 s "
                         "per million parameters); torch: the same distribution from PyTorch's "
@@ -105,10 +109,10 @@ def options_from_args(a):
     return cfg, train
 
 
-def options_to_json(cfg, train, world, backend, init):
+def options_to_json(cfg, train, world, backend, init, autocast):
     j = {"model": cfg.to_dict(), "train": {k: train[k] for k in TRAIN_KEYS},
          "pytorch": {"world_size": world, "backend": backend, "init": init,
-                     "trainer": "python/train_ddp.py"}}
+                     "autocast": autocast, "trainer": "python/train_ddp.py"}}
     return json.dumps(j, indent=2, sort_keys=True) + "\n"
 
 
@@ -337,7 +341,7 @@ def run(a, cfg, train, run_dir, corpus, world, rank, device, backend, quiet):
             write_atomic(os.path.join(run_dir, "config.json"),
                          options_to_json(cfg, train, world, backend,
                                          "resumed at step %d" % start_step if a.resume
-                                         else a.init).encode())
+                                         else a.init, a.autocast).encode())
         metrics = open_metrics(run_dir, start_step)
     B, T = train["batch"], cfg.T
     local = B // world
@@ -352,12 +356,17 @@ def run(a, cfg, train, run_dir, corpus, world, rank, device, backend, quiet):
             dist.all_reduce(t)
         return t.item() / world
 
+    def autocast():
+        """bfloat16 autocast (--autocast bf16), or nothing."""
+        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=a.autocast == "bf16")
+
     def validation_loss():
         total = 0.0
         with torch.no_grad():
             for k in range(train["eval_batches"]):
                 tok, tgt = random_batch(corpus.val, B, T, train["seed"], k, 1)
-                total += mean_over_ranks(model(to_dev(tok), to_dev(tgt)).item())
+                with autocast():
+                    total += mean_over_ranks(model(to_dev(tok), to_dev(tgt)).float().item())
         return total / train["eval_batches"]
 
     def save(step):
@@ -373,13 +382,14 @@ def run(a, cfg, train, run_dir, corpus, world, rank, device, backend, quiet):
     if not quiet:
         params = sum(p.numel() for _, p in named)
         print("train_ddp: %s%s, d=%d L=%d heads=%d/%d ffn=%d T=%d, %d parameters; %d steps of "
-              "%d × %d bytes on %d process%s (%s, %s, %d thread%s each); data %s (%d train / %d "
+              "%d × %d bytes on %d process%s (%s, %s, %d thread%s each%s); data %s (%d train / %d "
               "val bytes) → %s" % (
                   cfg.mode, " (H=%d)" % cfg.route_heads if cfg.routed else "", cfg.d, cfg.L,
                   cfg.n_head, cfg.n_kv_head, cfg.ffn, cfg.T, params, train["steps"], B, T, world,
                   "" if world == 1 else "es", backend if world > 1 else "no DDP", device,
                   torch.get_num_threads(), "" if torch.get_num_threads() == 1 else "s",
-                  train["data"], len(corpus.train), len(corpus.val), run_dir), file=sys.stderr)
+                  ", bf16 autocast" if a.autocast == "bf16" else "", train["data"],
+                  len(corpus.train), len(corpus.val), run_dir), file=sys.stderr)
         if start_step:
             print("resuming %s from step %d" % (run_dir, start_step), file=sys.stderr)
 
@@ -394,7 +404,8 @@ def run(a, cfg, train, run_dir, corpus, world, rank, device, backend, quiet):
             s = step + 1
             ts = time.monotonic()
             tok, tgt = random_batch(corpus.train, B, T, train["seed"], s)
-            loss = net(to_dev(tok), to_dev(tgt))  # the mean over this process's windows
+            with autocast():
+                loss = net(to_dev(tok), to_dev(tgt)).float()  # the mean over this process's windows
             opt.zero_grad(set_to_none=True)
             loss.backward()  # DDP: every gradient is now the mean over all processes
             loss_all = mean_over_ranks(loss.item())

@@ -22,6 +22,7 @@ FLAGS = ["--mode", "block", "--heads", "4", "--d", "16", "--layers", "3", "--blo
          "--batch", "4", "--lr", "0.01", "--warmup", "2", "--clip", "0.5", "--eval-every", "3",
          "--eval-batches", "2", "--ckpt-every", "6", "--seed", "11", "--data", common.CORPUS]
 TOL = 1e-4  # relative per step, and absolute on the parameters
+BF16_TOL = 3e-2  # relative per step: --autocast bf16 against mhar-toy's float32
 
 
 def main():
@@ -40,13 +41,16 @@ def main():
                 "--threads", "1", "--out", a])
     common.run([sys.executable, os.path.join(common.PYTHON_DIR, "train_ddp.py"), *FLAGS,
                 "--quiet", "--out", b], env=common.torch_env(threads=1))
+    c = os.path.join(work, "torch-bf16")
+    common.run([sys.executable, os.path.join(common.PYTHON_DIR, "train_ddp.py"), *FLAGS,
+                "--quiet", "--autocast", "bf16", "--out", c], env=common.torch_env(threads=1))
     rows = []
-    for d in (a, b):
+    for d in (a, b, c):
         with open(os.path.join(d, "metrics.jsonl")) as f:
             rows.append([json.loads(l) for l in f if l.strip()])
     failures = []
     print("step  loss mhar-toy   loss PyTorch   rel diff   grad norm rel   lr equal  val rel")
-    for x, y in zip(*rows):
+    for x, y in zip(rows[0], rows[1]):
         rel = abs(x["train_loss"] - y["train_loss"]) / x["train_loss"]
         grel = abs(x["grad_norm"] - y["grad_norm"]) / x["grad_norm"]
         vrel = (abs(x["val_loss"] - y["val_loss"]) / x["val_loss"]) if "val_loss" in x else None
@@ -58,8 +62,15 @@ def main():
         if ("val_loss" in x) != ("val_loss" in y) or (vrel is not None and not vrel <= TOL):
             failures.append("step %d: validation differs: %s vs %s"
                             % (x["step"], x.get("val_loss"), y.get("val_loss")))
-    if len(rows[0]) != 6 or len(rows[1]) != 6:
-        failures.append("expected 6 metric rows each, got %d and %d" % tuple(map(len, rows)))
+    if len(rows[0]) != 6 or len(rows[1]) != 6 or len(rows[2]) != 6:
+        failures.append("expected 6 metric rows each, got %d, %d and %d" % tuple(map(len, rows)))
+    # bf16 autocast: near float32, and visibly not float32 (so the switch does something)
+    bf = [abs(x["train_loss"] - z["train_loss"]) / x["train_loss"] for x, z in zip(rows[0], rows[2])]
+    print("--autocast bf16 against mhar-toy's float32: loss relative differences %s"
+          % " ".join("%.1e" % e for e in bf))
+    if not (max(bf) <= BF16_TOL and max(bf) > 1e-5):
+        failures.append("bf16 losses differ from float32 by up to %.3g (expected within %g and "
+                        "above %g)" % (max(bf), BF16_TOL, 1e-5))
     pa, pb = load_checkpoint(a).model, load_checkpoint(b).model
     worst, name = 0.0, None
     for (n, p), (_, q) in zip(pa.checkpoint_parameters(), pb.checkpoint_parameters()):
