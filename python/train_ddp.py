@@ -245,9 +245,7 @@ def main(argv):
     a = parse_args(argv)
     import torch
     import torch.distributed as dist
-    from mhar_torch import (CheckpointError, MharModel, decays, load_checkpoint, load_optimizer,
-                            save_checkpoint, save_optimizer)
-    from mhar_torch.data import Corpus, DataError, random_batch
+    from mhar_torch.data import Corpus
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))

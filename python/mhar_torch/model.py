@@ -20,7 +20,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import rng as crng
-from .config import Config
 from .routing import depth_route
 
 NORM_EPS = 1e-6

@@ -10,7 +10,6 @@
 Usage: test_files.py MHAR_TOY WORKDIR
 """
 
-import json
 import os
 import shutil
 import sys
@@ -28,7 +27,6 @@ def main():
         return 2
     common.need_torch()
     import numpy as np
-    import torch
     from mhar_torch import (CheckpointError, load_checkpoint, load_optimizer, save_checkpoint,
                             save_optimizer)
     from mhar_torch import safetensors_io as st

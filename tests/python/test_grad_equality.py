@@ -41,7 +41,6 @@ TRAIN = ["--steps", "12", "--batch", "4", "--lr", "0.02", "--warmup", "2", "--ev
 
 
 def compare(tag, path, failures, rows):
-    import numpy as np
     import torch
     from mhar_torch import MharModel, load_grad_file
 

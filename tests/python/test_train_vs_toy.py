@@ -30,7 +30,6 @@ def main():
         print(__doc__)
         return 2
     common.need_torch()
-    import numpy as np
     from mhar_torch import load_checkpoint
 
     toy, work = sys.argv[1], sys.argv[2]
