@@ -10,6 +10,9 @@ change, only where the lookup is broken, and then runs torch.distributed.run unc
 same arguments:
 
     python3 python/torchrun_compat.py --nproc_per_node 2 python/train_ddp.py ...
+
+When a worker fails, it prints one line naming the failed ranks and exits with the worker's
+status, where torchrun prints its own traceback.
 """
 
 import sys
@@ -41,4 +44,16 @@ if __name__ == "__main__":
         sys.exit(4)
     _patch()
     sys.argv[0] = "torchrun"
-    sys.exit(run.main())
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    try:
+        sys.exit(run.main())
+    except ChildFailedError as e:
+        # torchrun reports a worker that exited non-zero with its own traceback; the worker has
+        # already printed its message (train_ddp.py: one line), so say which one failed and
+        # pass its exit status on
+        codes = {rank: f.exitcode for rank, f in sorted(e.failures.items())}
+        print("torchrun: %s exited %s (its message is above)"
+              % (", ".join("rank %d" % r for r in codes), ", ".join(str(c) for c in codes.values())),
+              file=sys.stderr)
+        first = next(iter(codes.values()))
+        sys.exit(first if isinstance(first, int) and 0 < first < 256 else 1)

@@ -78,6 +78,17 @@ def main():
     if info["world_size"] != 2 or info["backend"] != "gloo" or "2 processes" not in err2:
         failures.append("the torchrun run did not run as 2 gloo processes: %s" % info)
 
+    # a bad flag under torchrun: each worker's one line, torchrun_compat's one line, exit 2
+    rc, _, err = common.run(torchrun[:-1] + [str(free_port()),
+                                             os.path.join(common.PYTHON_DIR, "train_ddp.py")]
+                            + FLAGS + ["--batch", "3", "--out", os.path.join(work, "bad")],
+                            env=env, timeout=120, expect=None)
+    if rc != 2 or "Traceback" in err or "not a multiple of the 2 processes" not in err:
+        failures.append("torchrun with --batch 3 on 2 processes: exit %d, stderr %r" % (rc, err))
+    else:
+        print("torchrun --nproc_per_node 2 ... --batch 3: exit 2, no traceback: %s"
+              % err.strip().splitlines()[-1])
+
     m1, m2 = metrics(one), metrics(two)
     # each process took its own half of the global batch mhar-toy draws, and the logged loss is
     # the mean of the two halves' losses
