@@ -1,0 +1,19 @@
+"""mhar_torch: the PyTorch twin of mhar's reference model (reference/model.cpp), with the same
+config, parameter names and files as mhar-toy. See docs/pytorch.md.
+
+    from mhar_torch import Config, MharModel, load_checkpoint, save_checkpoint, depth_route
+"""
+
+from .checkpoint import (Checkpoint, CheckpointError, GradFile, load_checkpoint, load_grad_file,
+                         load_optimizer, param_count, resolve_checkpoint_path, save_checkpoint,
+                         save_optimizer)
+from .config import Config, ConfigError
+from .model import MharModel, decays, parameter_names, site_groups, site_names
+from .routing import DepthRouting, depth_route
+
+__all__ = [
+    "Checkpoint", "CheckpointError", "Config", "ConfigError", "DepthRouting", "GradFile",
+    "MharModel", "decays", "depth_route", "load_checkpoint", "load_grad_file", "load_optimizer",
+    "param_count", "parameter_names", "resolve_checkpoint_path", "save_checkpoint",
+    "save_optimizer", "site_groups", "site_names",
+]

@@ -1,0 +1,244 @@
+"""mhar-toy's files (docs/checkpoint-format.md): checkpoints, optimizer states and gradient files,
+read and written with the refusals of tools/checkpoint.cpp."""
+
+import dataclasses
+import json
+import math
+import os
+
+import numpy as np
+import torch
+
+from . import safetensors_io as st
+from .config import Config, ConfigError
+from .model import MharModel, parameter_names
+
+CHECKPOINT_FORMAT = "mhar.checkpoint"
+OPTIMIZER_FORMAT = "mhar.optimizer"
+GRAD_FORMAT = "mhar.grad"
+FORMAT_VERSION = 1
+
+
+class CheckpointError(Exception):
+    """A file mhar cannot use; the message names the file and what is wrong (a command line tool
+    prints it and exits with status 2, as mhar-toy does for a usage error)."""
+
+
+def resolve_checkpoint_path(path):
+    """A run directory stands for its checkpoint.safetensors."""
+    path = os.fspath(path)
+    return os.path.join(path, "checkpoint.safetensors") if os.path.isdir(path) else path
+
+
+def _read(path, what):
+    try:
+        return st.load(path)
+    except st.FormatError as e:
+        raise CheckpointError("cannot load %s: %s" % (what, e)) from None
+
+
+def param_count(cfg):
+    """Scalars a model of this config holds (tools/memory.cpp, param_count)."""
+    d, hd, L = cfg.d, cfg.head_dim, cfg.L
+    per_layer = 2 * d + d * cfg.n_head * hd * 2 + d * cfg.n_kv_head * hd * 2 + 3 * d * cfg.ffn
+    n = cfg.vocab * d + L * per_layer + d
+    if cfg.routed:
+        n += 2 * cfg.n_sites * d
+    if cfg.mode == "delta":
+        n += d + 2 * L
+    return n
+
+
+def expected_shapes(cfg):
+    """name → shape of every tensor a checkpoint of this config holds, in checkpoint order."""
+    d, hd = cfg.d, cfg.head_dim
+    shapes = {"embed": (cfg.vocab, d)}
+    for l in range(cfg.L):
+        p = "layers.%d." % l
+        shapes.update({p + "attn_norm": (1, d), p + "wq": (d, cfg.n_head * hd),
+                       p + "wk": (d, cfg.n_kv_head * hd), p + "wv": (d, cfg.n_kv_head * hd),
+                       p + "wo": (cfg.n_head * hd, d), p + "mlp_norm": (1, d),
+                       p + "w_gate": (d, cfg.ffn), p + "w_up": (d, cfg.ffn),
+                       p + "w_down": (cfg.ffn, d)})
+    shapes["final_norm"] = (1, d)
+    if cfg.routed:
+        shapes["route.q"] = (cfg.n_sites, d)
+        shapes["route.g"] = (cfg.n_sites, d)
+    if cfg.mode == "delta":
+        shapes["delta.null"] = (1, d)
+        shapes["delta.gate"] = (1, 2 * cfg.L)
+    assert list(shapes) == parameter_names(cfg)
+    return shapes
+
+
+def _shape_str(shape):
+    return "×".join(str(s) for s in shape)
+
+
+def _take(tensors, name, shape, path, dtypes=("F32", "F64")):
+    """Tensor `name` with `shape`, all finite, or a CheckpointError naming it."""
+    t = tensors.get(name)
+    if t is None:
+        raise CheckpointError("%s: tensor '%s' is missing (checkpoint of another mode or size?)"
+                              % (path, name))
+    if t.ndim != 2 or tuple(t.shape) != tuple(shape):
+        raise CheckpointError("%s: tensor '%s' is %s, the config expects %s"
+                              % (path, name, _shape_str(t.shape), _shape_str(shape)))
+    if t.dtype.kind != "f":
+        raise CheckpointError("%s: tensor '%s' has dtype %s; only F32 and F64 convert to float"
+                              % (path, name, t.dtype))
+    bad = np.flatnonzero(~np.isfinite(t.reshape(-1)))
+    if len(bad):
+        i = int(bad[0])
+        raise CheckpointError("%s: tensor '%s' holds a non-finite value (%s) at element %d "
+                              "(row %d, column %d); refusing to load it"
+                              % (path, name, t.reshape(-1)[i], i, i // shape[1], i % shape[1]))
+    return t
+
+
+def _meta(metadata, key, path, what="an mhar checkpoint"):
+    if key not in metadata:
+        raise CheckpointError("%s: not %s (metadata has no '%s')" % (path, what, key))
+    return metadata[key]
+
+
+def _config_from_metadata(metadata, path):
+    try:
+        cj = json.loads(_meta(metadata, "config", path))
+    except ValueError as e:
+        raise CheckpointError("%s: the config in the metadata is not JSON: %s" % (path, e)) from None
+    try:
+        return Config.from_dict(cj, path)
+    except ConfigError as e:
+        raise CheckpointError(str(e)) from None
+
+
+def _step(metadata, path):
+    s = _meta(metadata, "step", path)
+    try:
+        return int(s.strip())
+    except ValueError:
+        raise CheckpointError("%s: bad step '%s' in the metadata" % (path, s)) from None
+
+
+@dataclasses.dataclass
+class Checkpoint:
+    cfg: Config
+    model: MharModel
+    step: int
+    metadata: dict
+
+
+def load_checkpoint(path, dtype=torch.float32, device=None):
+    """Reads a checkpoint (a file or a run directory) into a MharModel of `dtype`. Refuses, with a
+    CheckpointError naming the file, what mhar-toy refuses: not safetensors, another format or
+    format version, a bad config, tensors that do not match it (missing, extra, another shape),
+    non-finite values."""
+    path = resolve_checkpoint_path(path)
+    metadata, tensors = _read(path, "checkpoint")
+    fmt = _meta(metadata, "format", path)
+    if fmt != CHECKPOINT_FORMAT:
+        raise CheckpointError("%s: not an mhar checkpoint (format '%s')" % (path, fmt))
+    version = _meta(metadata, "format_version", path)
+    if version != str(FORMAT_VERSION):
+        raise CheckpointError("%s: checkpoint format version %s is not supported (this build reads "
+                              "version %d)" % (path, version, FORMAT_VERSION))
+    cfg = _config_from_metadata(metadata, path)
+    step = _step(metadata, path)
+    shapes = expected_shapes(cfg)
+    emb = tensors.get("embed")
+    if emb is not None and tuple(emb.shape) != (cfg.vocab, cfg.d):
+        raise CheckpointError("%s: the config says vocab × d = %d×%d, but tensor 'embed' is %s"
+                              % (path, cfg.vocab, cfg.d, _shape_str(emb.shape)))
+    in_file = sum(int(np.prod(t.shape)) for t in tensors.values())
+    if in_file != param_count(cfg):
+        raise CheckpointError("%s: the config (d = %d, L = %d, ffn = %d, mode %s) has %d "
+                              "parameters, the file's tensors hold %d"
+                              % (path, cfg.d, cfg.L, cfg.ffn, cfg.mode, param_count(cfg), in_file))
+    model = MharModel(cfg, seed=None, dtype=dtype)
+    with torch.no_grad():
+        for name, p in model.checkpoint_parameters():
+            t = _take(tensors, name, shapes[name], path)
+            # float32 as stored (an F64 tensor is rounded to float first, as mhar-toy loads it)
+            p.copy_(torch.from_numpy(t.astype(np.float32)).to(dtype))
+    if len(tensors) != len(shapes):
+        raise CheckpointError("%s: holds %d tensors, a '%s' model has %d"
+                              % (path, len(tensors), cfg.mode, len(shapes)))
+    if device is not None:
+        model.to(device)
+    return Checkpoint(cfg, model, step, metadata)
+
+
+def save_checkpoint(path, model, step=0, extra=None):
+    """Writes `model` as mhar-toy's checkpoint (float32, checkpoint order, config and step in the
+    metadata), atomically. `extra`: more metadata (mhar-toy train writes 'seed')."""
+    metadata = dict(extra or {})
+    metadata.update({"format": CHECKPOINT_FORMAT, "format_version": str(FORMAT_VERSION),
+                     "config": model.cfg.to_json(), "step": str(int(step))})
+    tensors = {name: p.detach().to("cpu", torch.float32).numpy()
+               for name, p in model.checkpoint_parameters()}
+    st.save(path, tensors, metadata)
+
+
+def save_optimizer(path, cfg, m, v, step):
+    """AdamW's moments (dicts name → tensor) as mhar-toy's optimizer.safetensors."""
+    tensors = {}
+    for prefix, moments in (("m.", m), ("v.", v)):
+        for name in parameter_names(cfg):
+            tensors[prefix + name] = moments[name].detach().to("cpu", torch.float32).numpy()
+    st.save(path, tensors, {"format": OPTIMIZER_FORMAT, "format_version": str(FORMAT_VERSION),
+                            "step": str(int(step))})
+
+
+def load_optimizer(path, cfg, dtype=torch.float32):
+    """(m, v, step) from an optimizer.safetensors, each moment shaped as its parameter."""
+    path = os.fspath(path)
+    metadata, tensors = _read(path, "optimizer state")
+    if metadata.get("format") != OPTIMIZER_FORMAT or "step" not in metadata:
+        raise CheckpointError("%s: not an mhar optimizer state" % path)
+    shapes = expected_shapes(cfg)
+    m = {n: torch.from_numpy(_take(tensors, "m." + n, s, path).astype(np.float32)).to(dtype)
+         for n, s in shapes.items()}
+    v = {n: torch.from_numpy(_take(tensors, "v." + n, s, path).astype(np.float32)).to(dtype)
+         for n, s in shapes.items()}
+    try:
+        step = int(metadata["step"])
+    except ValueError:
+        raise CheckpointError("%s: bad step in the metadata" % path) from None
+    return m, v, step
+
+
+@dataclasses.dataclass
+class GradFile:
+    cfg: Config
+    precision: str
+    loss: float
+    tokens: np.ndarray   # B × T, int64
+    targets: np.ndarray  # B × T, int64
+    params: dict         # name → array (float64 or float32, as written)
+    grads: dict
+
+
+def load_grad_file(path):
+    """A `mhar-toy grad` file: the batch, the loss, the parameters and every gradient."""
+    path = os.fspath(path)
+    metadata, tensors = _read(path, "gradient file")
+    fmt = _meta(metadata, "format", path, "an mhar gradient file")
+    if fmt != GRAD_FORMAT:
+        raise CheckpointError("%s: not an mhar gradient file (format '%s')" % (path, fmt))
+    version = _meta(metadata, "format_version", path, "an mhar gradient file")
+    if version != str(FORMAT_VERSION):
+        raise CheckpointError("%s: gradient file format version %s is not supported (this build "
+                              "reads version %d)" % (path, version, FORMAT_VERSION))
+    cfg = _config_from_metadata(metadata, path)
+    shapes = expected_shapes(cfg)
+    for name in ("tokens", "targets", "loss"):
+        if name not in tensors:
+            raise CheckpointError("%s: tensor '%s' is missing" % (path, name))
+    params = {n: _take(tensors, "param." + n, s, path) for n, s in shapes.items()}
+    grads = {n: _take(tensors, "grad." + n, s, path) for n, s in shapes.items()}
+    loss = float(tensors["loss"].reshape(()))
+    if not math.isfinite(loss):
+        raise CheckpointError("%s: the loss is %s" % (path, loss))
+    return GradFile(cfg, metadata.get("precision", "?"), loss, tensors["tokens"],
+                    tensors["targets"], params, grads)

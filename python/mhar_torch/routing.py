@@ -1,0 +1,60 @@
+"""Depth routing at one site (docs/design.md §1), as a function and as a module of its own.
+
+For each position, N sources S_0 … S_{N−1} (each of width d), a pseudo-query q and a key gain g
+(both of length d), H heads of K = d / H contiguous columns:
+
+    (1)  r_i      = 1 / sqrt( (1/d) Σ_c S_i[c]² + eps )      RMS over all d columns, not per head
+    (2)  z_i[h]   = Σ_{c∈h} q_c · g_c · r_i · S_i[c]          no 1/√d, no temperature, no bias
+    (3)  α_i[h]   = softmax over i of z_i[h]                  one softmax over depth per head
+    (4)  out[c]   = Σ_i α_i[h(c)] · S_i[c]                    the values are the raw sources
+
+H = 1 is Attention Residuals, H > 1 Multi-Head Attention Residuals (no extra parameter: q is read
+as H slices of K). With q = 0 a site is the plain mean of its sources. The backward is PyTorch's
+autograd; the tests hold it to the reference's hand-written one (tools: `mhar-toy grad`).
+"""
+
+import torch
+from torch import nn
+
+ROUTING_EPS = 1e-6
+
+
+def depth_route(sources, q, g, heads, eps=ROUTING_EPS, return_weights=False):
+    """Routes over `sources` (a sequence of tensors of shape [..., d], or one tensor [N, ..., d]).
+
+    Returns out [..., d], and with return_weights also α [N, ..., H].
+    """
+    S = sources if torch.is_tensor(sources) else torch.stack(list(sources))
+    d = S.shape[-1]
+    if heads < 1 or d % heads != 0:
+        raise ValueError("routing: H = %d must divide d = %d" % (heads, d))
+    if q.shape[-1] != d or g.shape[-1] != d:
+        raise ValueError("routing: q and g must have d = %d entries" % d)
+    K = d // heads
+    r = torch.rsqrt(S.pow(2).mean(dim=-1, keepdim=True) + eps)          # (1)  [N, ..., 1]
+    keys = (r * S) * g                                                  # the normalised sources
+    z = (keys * q).unflatten(-1, (heads, K)).sum(dim=-1)                # (2)  [N, ..., H]
+    alpha = torch.softmax(z, dim=0)                                     # (3)  over depth
+    out = (alpha.unsqueeze(-1) * S.unflatten(-1, (heads, K))).sum(dim=0).flatten(-2)  # (4)
+    return (out, alpha) if return_weights else out
+
+
+class DepthRouting(nn.Module):
+    """One routing site with its own parameters: q (zeros) and g (ones), both of length d.
+
+    Use it in any model in place of a residual add: out = site([x_0, x_1, …, x_{n−1}]).
+    """
+
+    def __init__(self, d, heads=1, eps=ROUTING_EPS):
+        super().__init__()
+        if heads < 1 or d % heads != 0:
+            raise ValueError("DepthRouting: heads = %d must divide d = %d" % (heads, d))
+        self.heads, self.eps = heads, eps
+        self.q = nn.Parameter(torch.zeros(d))  # zero-init: a fresh site is the mean
+        self.g = nn.Parameter(torch.ones(d))
+
+    def forward(self, sources, return_weights=False):
+        return depth_route(sources, self.q, self.g, self.heads, self.eps, return_weights)
+
+    def extra_repr(self):
+        return "d=%d, heads=%d" % (self.q.shape[0], self.heads)
