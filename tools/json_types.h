@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "reference/model.h"
+#include "model.h"
 #include "train.h"
 
 namespace mhar {
