@@ -1,6 +1,7 @@
 /**
  * @file test_routing.cpp
- * @brief Depth routing reference: finite-difference gradients, docs/design.md §1 properties, bad input.
+ * @brief Depth routing reference: finite-difference gradients (of CPU versions 1 and 2),
+ * docs/design.md §1 properties, bad input.
  */
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -8,6 +9,7 @@
 
 #include "gradcheck.h"
 #include "routing.h"
+#include "routing_fast.h"
 
 using namespace mhar;
 using mhar::test::check_gradient;
@@ -51,11 +53,29 @@ Mat<double> single_head_loops(const std::vector<Mat<double>>& S, const RowVec<do
 
 }  // namespace
 
-TEST_CASE("op gradient, routing (N = 1, H = 1, H = d, odd P, d not a multiple of 8)",
-          "[routing][grad]") {
+namespace {
+
+/// A CPU routing version: the reference (1, reference/routing.h) or the fast one (2,
+/// reference/routing_fast.h); both take the same arguments.
+struct Version {
+  const char* tag;
+  decltype(&routing_forward<double>) forward;
+  decltype(&routing_backward<double>) backward;
+};
+const Version kReference{"routing", &routing_forward<double>, &routing_backward<double>};
+const Version kFast{"routing v2", &routing_forward_fast<double>, &routing_backward_fast<double>};
+
+}  // namespace
+
+TEST_CASE(
+    "op gradient, routing versions 1 and 2 (N = 1, H = 1, H = d, odd P, d not a multiple "
+    "of 8, several blocks of positions)",
+    "[routing][fast][grad]") {
+  const Version v = GENERATE(kReference, kFast);
+  // Case{37, 8, 3, 2}: more positions than one block of version 2 (32).
   const Case cs = GENERATE(Case{5, 12, 3, 4}, Case{1, 8, 1, 1}, Case{3, 6, 4, 6}, Case{7, 10, 5, 2},
-                           Case{4, 16, 2, 1}, Case{2, 9, 3, 3});
-  CAPTURE(cs.P, cs.d, cs.N, cs.H);
+                           Case{4, 16, 2, 1}, Case{2, 9, 3, 3}, Case{37, 8, 3, 2});
+  CAPTURE(v.tag, cs.P, cs.d, cs.N, cs.H);
   Rng rng(1000 + cs.P * 31 + cs.d * 7 + cs.N * 3 + cs.H);
   auto S = random_sources(rng, cs.N, cs.P, cs.d);
   Mat<double> q = rng.normal_matrix<double>(1, cs.d);
@@ -65,18 +85,19 @@ TEST_CASE("op gradient, routing (N = 1, H = 1, H = d, odd P, d not a multiple of
   auto loss = [&] {
     Mat<double> out;
     RoutingSaved<double> saved;
-    routing_forward<double>(out, saved, S, q, g, cs.H);
+    v.forward(out, saved, S, q, g, cs.H);
     return out.cwiseProduct(W).sum();
   };
   Mat<double> out;
   RoutingSaved<double> saved;
-  routing_forward<double>(out, saved, S, q, g, cs.H);
+  v.forward(out, saved, S, q, g, cs.H);
   std::vector<Mat<double>> dS(cs.N, Mat<double>::Zero(cs.P, cs.d));
   RowVec<double> dq = RowVec<double>::Zero(cs.d), dg = RowVec<double>::Zero(cs.d);
-  routing_backward<double>(dS, dq, dg, W, out, saved, S, q, g, cs.H);
+  v.backward(dS, dq, dg, W, out, saved, S, q, g, cs.H);
 
-  const std::string tag = "routing(P=" + std::to_string(cs.P) + ",d=" + std::to_string(cs.d) +
-                          ",N=" + std::to_string(cs.N) + ",H=" + std::to_string(cs.H) + ")";
+  const std::string tag = std::string(v.tag) + "(P=" + std::to_string(cs.P) +
+                          ",d=" + std::to_string(cs.d) + ",N=" + std::to_string(cs.N) +
+                          ",H=" + std::to_string(cs.H) + ")";
   for (int i = 0; i < cs.N; ++i) {
     const auto rep =
         check_gradient(tag + " dS" + std::to_string(i), S[i], dS[i], loss, sample_indices(S[i]));

@@ -1,8 +1,8 @@
 /**
  * @file test_routing_fast.cpp
  * @brief CPU routing version 2 (reference/routing_fast.h) against the reference (version 1) in
- *        float and double, through the finite-difference gradient checks, and its promise of the
- *        same bits for any number of threads.
+ *        float and double, and its promise of the same bits for any number of threads. Its
+ *        finite-difference gradient checks are test_routing.cpp's, run over both versions.
  */
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -129,35 +129,6 @@ TEST_CASE("routing version 2 matches the reference in double and float", "[routi
   const double err_fast = worst_rel(run<float>(true, Sf, qf, gf, doutf, cs.H), truth);
   CAPTURE(err_ref, err_fast);
   CHECK(err_fast <= 8 * std::max(err_ref, 1e-7));
-}
-
-TEST_CASE("op gradient, routing version 2 (N = 1, H = 1, H = d, odd P, several blocks)",
-          "[routing][fast][grad]") {
-  const Case cs = GENERATE(Case{5, 12, 3, 4}, Case{1, 8, 1, 1}, Case{3, 6, 4, 6}, Case{7, 10, 5, 2},
-                           Case{37, 8, 3, 2});
-  CAPTURE(cs.P, cs.d, cs.N, cs.H);
-  Rng rng(3000 + cs.P * 31 + cs.d * 7 + cs.N * 3 + cs.H);
-  std::vector<Mat<double>> S;
-  for (int i = 0; i < cs.N; ++i) S.push_back(rng.normal_matrix<double>(cs.P, cs.d));
-  Mat<double> q = rng.normal_matrix<double>(1, cs.d);
-  Mat<double> g = rng.normal_matrix<double>(1, cs.d, 1.0, 0.3);
-  const Mat<double> W = rng.normal_matrix<double>(cs.P, cs.d);  // loss = Σ out ⊙ W
-
-  auto loss = [&] {
-    Mat<double> out;
-    RoutingSaved<double> saved;
-    routing_forward_fast<double>(out, saved, S, q, g, cs.H);
-    return out.cwiseProduct(W).sum();
-  };
-  const Run<double> r = run<double>(true, S, q, g, W, cs.H);
-  const std::string tag = "routing v2(P=" + std::to_string(cs.P) + ",d=" + std::to_string(cs.d) +
-                          ",N=" + std::to_string(cs.N) + ",H=" + std::to_string(cs.H) + ")";
-  for (int i = 0; i < cs.N; ++i)
-    CHECK(check_gradient(tag + " dS" + std::to_string(i), S[i], r.dS[i], loss, sample_indices(S[i]))
-              .pass);
-  const Mat<double> dqm = r.dq, dgm = r.dg;
-  CHECK(check_gradient(tag + " dq", q, dqm, loss, sample_indices(q)).pass);
-  CHECK(check_gradient(tag + " dg", g, dgm, loss, sample_indices(g)).pass);
 }
 
 TEST_CASE("routing version 2 gives the same bits on every run and for 1 and 2 threads",
