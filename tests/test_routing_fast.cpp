@@ -17,8 +17,6 @@
 #endif
 
 using namespace mhar;
-using mhar::test::check_gradient;
-using mhar::test::sample_indices;
 
 namespace {
 
