@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
       register_train(app),   register_sample(app),  register_eval(app), register_grad(app),
       register_heatmap(app), register_convert(app), register_plot(app), register_check(app),
       register_bench(app),   register_stream(app), register_probe(app),
-      register_sweep(app)};
+      register_sweep(app),   register_cases(app),  register_verify(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
