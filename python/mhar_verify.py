@@ -43,6 +43,12 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def die(msg, code=2):
+    """A usage error (exit 2, as mhar-toy's): a bad flag, a module that does not import."""
+    print(f"mhar_verify: error: {msg}", file=sys.stderr)
+    sys.exit(code)
+
+
 class NotServed(Exception):
     """Raise from an implementation to decline a case it does not support."""
 
@@ -124,7 +130,7 @@ def as_stored(x):
 
 def load_callable(spec, what):
     if ":" not in spec:
-        raise SystemExit(f"mhar_verify: error: {what} '{spec}' must be MODULE:FUNCTION")
+        die(f"{what} '{spec}' must be MODULE:FUNCTION")
     mod_name, fn_name = spec.rsplit(":", 1)
     for p in (os.getcwd(), HERE):
         if p not in sys.path:
@@ -137,10 +143,10 @@ def load_callable(spec, what):
         else:
             mod = importlib.import_module(mod_name)
     except Exception as e:  # the user's module: say what failed, no traceback wall
-        raise SystemExit(f"mhar_verify: error: cannot import {mod_name}: {type(e).__name__}: {e}")
+        die(f"cannot import {mod_name}: {type(e).__name__}: {e}")
     fn = getattr(mod, fn_name, None)
     if not callable(fn):
-        raise SystemExit(f"mhar_verify: error: {mod_name} has no function '{fn_name}'")
+        die(f"{mod_name} has no function '{fn_name}'")
     return fn
 
 
@@ -215,8 +221,7 @@ def find_toy(arg):
                  os.path.join(HERE, "..", "build", "tools", "mhar-toy"), shutil.which("mhar-toy")):
         if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
             return cand
-    raise SystemExit("mhar_verify: error: mhar-toy not found (build it with scripts/build.sh, or "
-                     "pass --toy PATH or set MHAR_TOY)")
+    die("mhar-toy not found (build it with scripts/build.sh, or pass --toy PATH or set MHAR_TOY)")
 
 
 def main(argv=None):
@@ -266,7 +271,10 @@ def main(argv=None):
         os.makedirs(out_dir, exist_ok=True)
         declined = failed = 0
         for entry in manifest["cases"]:
-            meta, t = read_safetensors(os.path.join(a.cases, entry["file"]))
+            try:
+                meta, t = read_safetensors(os.path.join(a.cases, entry["file"]))
+            except (OSError, ValueError, KeyError) as e:
+                die(f"case {entry['file']}: {e}")
             c = case_inputs(meta, t)
             target = os.path.join(out_dir, entry["file"])
             if os.path.exists(target):
