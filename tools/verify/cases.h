@@ -11,7 +11,7 @@
  *   truth    truth.out [P,d], truth.alpha [N,P,H], truth.dsources [N,P,d], truth.dq [d],
  *            truth.dg [d] (gain), truth.dpartial [P,d] and truth.dgate [] (delta) — F64, computed
  *            in double from the rounded inputs (general_routing.h);
- *   yardsticks  yardstick.<output> [] F64: relative_error() of the reference computed in float
+ *   yardsticks  `yardstick.NAME` [] F64 for each output NAME: relative_error() of the reference computed in float
  *            from the same inputs, its outputs rounded to the case's dtype;
  *   metadata format = "mhar.cases", format_version, id, why, N, P, d, H, eps, scale, gain ("1"/"0"),
  *            delta ("1"/"0"), dtype ("f32", "bf16", "f16"), seed.
@@ -105,7 +105,7 @@ struct Case {
 /// Draws, rounds and solves a case (seed: the case's own seed).
 Case make_case(const CaseSpec& spec, DType dtype, std::uint64_t seed);
 
-/// The file name of a case: "<NN>-<id>.<dtype>.safetensors".
+/// The file name of a case: `NN-ID.DTYPE.safetensors`, e.g. `01-n1.f32.safetensors`.
 std::string case_file_name(int index, const CaseSpec& spec, DType dtype);
 
 /// Writes a case file (atomically). Throws std::system_error on a write failure.

@@ -5,7 +5,7 @@
  *        any eps, a logit scale, a key gain present or absent, and the output either the mix or
  *        `partial + gate · mix` (delta routing). Forward and backward, plain loops.
  *
- * docs/design.md#routing-steps with two additions, per position p:
+ * docs/design.md §1 (the routing steps) with two additions, per position p:
  *   (1) r_i      = 1 / sqrt( (1/d) Σ_c S_i[p,c]² + eps )          RMS over the full width d
  *   (2) z_i[h]   = scale · Σ_{c∈h} q_c · g_c · r_i · S_i[p,c]      g_c = 1 when there is no gain
  *   (3) α_i[h]   = softmax over i of z_i[h]

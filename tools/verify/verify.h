@@ -32,7 +32,7 @@ struct VerifyOptions {
 struct VerifyRow {
   std::string file;    ///< the case file name
   std::string why;
-  std::string tensor;  ///< an output name, "(case)" or "(file)", or "<name> (repeat)"
+  std::string tensor;  ///< an output name, or "(case)", "(file)", "(repeat)", "(hint)"
   std::string verdict; ///< "pass", "FAIL", "missing" or "not checked"
   double error = std::numeric_limits<double>::quiet_NaN();
   double tolerance = std::numeric_limits<double>::quiet_NaN();
