@@ -27,8 +27,9 @@ Subcommand register_cases(CLI::App& app) {
       "Write the verify kit's conformance cases (inputs, double-precision truth, yardsticks) for "
       "any routing implementation, one safetensors file each plus manifest.json");
   cmd->add_option("--out", o->out, "directory to write (created if needed)")->required();
-  cmd->add_option("--set", o->set, "quick (every convention, seconds), full (quick and more), "
-                                   "paper (the paper's shapes)")
+  cmd->add_option("--set", o->set,
+                  "quick (every convention, seconds), full (quick and more), "
+                  "paper (the paper's shapes)")
       ->capture_default_str();
   cmd->add_option("--dtype", o->dtype,
                   "storage dtype of the inputs: f32, bf16, f16, all, or a comma list")
@@ -67,9 +68,10 @@ Subcommand register_cases(CLI::App& app) {
             }
             const double secs =
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            fmt::print("wrote {} cases (set {}, seed {}) to {} in {:.2f} s; the protocol: "
-                       "docs/verify.md\n",
-                       m.cases.size(), m.set, m.seed, o->out, secs);
+            fmt::print(
+                "wrote {} cases (set {}, seed {}) to {} in {:.2f} s; the protocol: "
+                "docs/verify.md\n",
+                m.cases.size(), m.set, m.seed, o->out, secs);
             for (const auto& e : m.cases) fmt::print("  {:<32} {}\n", e.file, e.why);
             return kOk;
           }};

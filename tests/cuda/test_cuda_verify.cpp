@@ -5,11 +5,12 @@
  *        is reported missing (never passed); two runs give identical bits. On the emulator as
  *        `emu:verify-kernels: ...`, on a GPU as `cuda:verify-kernels: ...` (skipped without one).
  */
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <set>
-#include <unistd.h>
 
 #include "cases.h"
 #include "cuda_test_util.h"
@@ -22,10 +23,12 @@ namespace fs = std::filesystem;
 TEST_CASE("every kernel version passes the quick cases it serves, the rest are missing",
           "[gpu][verify]") {
   if (!test::have_gpu()) return;
-  const fs::path root = fs::temp_directory_path() / ("mhar_verify_kernels_" + std::to_string(::getpid()));
+  const fs::path root =
+      fs::temp_directory_path() / ("mhar_verify_kernels_" + std::to_string(::getpid()));
   fs::remove_all(root);
   const std::string cases = (root / "cases").string();
-  mhar::verify::write_cases(cases, "quick", {mhar::verify::DType::F32, mhar::verify::DType::BF16}, 0);
+  mhar::verify::write_cases(cases, "quick", {mhar::verify::DType::F32, mhar::verify::DType::BF16},
+                            0);
   for (RoutingVersion v : kRoutingVersions) {
     const std::string name = version_name(v);
     CAPTURE(name);
@@ -36,7 +39,8 @@ TEST_CASE("every kernel version passes the quick cases it serves, the rest are m
     const std::string table = mhar::verify::format_report(r);
     std::printf("verify %s (%d cases served, %zu not):\n%s", name.c_str(), run.served,
                 run.not_served.size(), table.c_str());
-    for (const auto& [file, why] : run.not_served) std::printf("  not served: %s: %s\n", file.c_str(), why.c_str());
+    for (const auto& [file, why] : run.not_served)
+      std::printf("  not served: %s: %s\n", file.c_str(), why.c_str());
     INFO(table);
     CHECK(r.fail == 0);
     CHECK(run.served >= 12);

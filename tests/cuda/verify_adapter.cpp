@@ -16,7 +16,9 @@ namespace mhar::cuda::test {
 
 namespace {
 
-std::vector<float> to_float(const std::vector<double>& v) { return {v.begin(), v.end()}; }
+std::vector<float> to_float(const std::vector<double>& v) {
+  return {v.begin(), v.end()};
+}
 
 bool power_of_two(double s) {
   int e = 0;
@@ -31,8 +33,7 @@ std::string refusal(const verify::Case& c, const KernelCandidate& k) {
   if (!power_of_two(s.scale))
     return "scale " + std::to_string(s.scale) + " is not a power of two (s·q would round)";
   if (k.supports && !k.supports(s.d, s.H))
-    return k.name + " does not support d = " + std::to_string(s.d) +
-           ", H = " + std::to_string(s.H);
+    return k.name + " does not support d = " + std::to_string(s.d) + ", H = " + std::to_string(s.H);
   return {};
 }
 
@@ -107,8 +108,8 @@ AdapterRun run_kernel_candidate(const std::string& cases, const std::string& res
     dsrc.fill_bytes(0);  // the backward accumulates (+=)
     ddq.fill_bytes(0);
     ddg.fill_bytes(0);
-    k.backward(dsrc.data(), ddq.data(), ddg.data(), ddm.data(), mix.data(), alpha.data(),
-               dS.data(), dq_.data(), dg_.data(), N, P, d, H);
+    k.backward(dsrc.data(), ddq.data(), ddg.data(), ddm.data(), mix.data(), alpha.data(), dS.data(),
+               dq_.data(), dg_.data(), N, P, d, H);
     std::vector<float> dq = ddq.download();
     for (float& x : dq) x *= s;  // ∂/∂q = s · ∂/∂(s·q), exact
 

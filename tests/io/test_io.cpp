@@ -442,8 +442,7 @@ void check_half_rounding(uint16_t (*to_bits)(float), float (*to_float)(uint16_t)
 }  // namespace
 
 TEST_CASE("half: BF16 and F16 round to nearest, ties to even, for every 16-bit value", "[half]") {
-  check_half_rounding(float_to_bf16_bits, bf16_bits_to_float,
-                      bf16_bits_to_float(0x7f7fu), "BF16");
+  check_half_rounding(float_to_bf16_bits, bf16_bits_to_float, bf16_bits_to_float(0x7f7fu), "BF16");
   check_half_rounding(float_to_f16_bits, f16_bits_to_float, 65504.0f, "F16");
   // The edges: overflow, subnormals, signed zero, infinities, NaN.
   CHECK(float_to_f16_bits(65519.0f) == 0x7bffu);  // below the halfway point: 65504

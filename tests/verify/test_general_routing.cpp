@@ -54,8 +54,8 @@ TEST_CASE("general routing equals reference/routing.cpp where the conventions co
   struct Shape {
     int N, P, d, H;
   };
-  const Shape s = GENERATE(Shape{1, 3, 8, 2}, Shape{4, 5, 12, 1}, Shape{3, 2, 6, 6},
-                           Shape{6, 7, 20, 4});
+  const Shape s =
+      GENERATE(Shape{1, 3, 8, 2}, Shape{4, 5, 12, 1}, Shape{3, 2, 6, 6}, Shape{6, 7, 20, 4});
   CAPTURE(s.N, s.P, s.d, s.H);
   Rng rng(11 + s.N);
   Conventions c;
@@ -99,11 +99,12 @@ TEST_CASE("general routing: the backward matches central differences under every
     double eps, scale;
     bool gain, delta;
   };
-  const Conv v = GENERATE(Conv{"plain", 4, 3, 12, 3, 1e-6, 1.0, true, false},
-                          Conv{"scale, no gain", 3, 2, 8, 2, 1e-6, 0.37, false, false},
-                          Conv{"delta, big eps", 5, 2, 8, 4, 0.5, 1.0, true, true},
-                          Conv{"delta, no gain, H = d, scale 2", 3, 2, 6, 6, 1e-3, 2.0, false, true},
-                          Conv{"N = 1", 1, 3, 8, 2, 1e-6, 1.0, true, true});
+  const Conv v =
+      GENERATE(Conv{"plain", 4, 3, 12, 3, 1e-6, 1.0, true, false},
+               Conv{"scale, no gain", 3, 2, 8, 2, 1e-6, 0.37, false, false},
+               Conv{"delta, big eps", 5, 2, 8, 4, 0.5, 1.0, true, true},
+               Conv{"delta, no gain, H = d, scale 2", 3, 2, 6, 6, 1e-3, 2.0, false, true},
+               Conv{"N = 1", 1, 3, 8, 2, 1e-6, 1.0, true, true});
   CAPTURE(v.what);
   Conventions c;
   c.H = v.H;
@@ -158,19 +159,7 @@ TEST_CASE("general routing: the float twin is within float error of the double t
   c.delta = true;
   Rng rng(3);
   const RoutingInputs<double> in = random_inputs(rng, 6, 5, 32, c);
-  RoutingInputs<float> f;
-  f.N = in.N;
-  f.P = in.P;
-  f.d = in.d;
-  const auto narrow = [](const std::vector<double>& v) {
-    return std::vector<float>(v.begin(), v.end());
-  };
-  f.sources = narrow(in.sources);
-  f.q = narrow(in.q);
-  f.g = narrow(in.g);
-  f.dout = narrow(in.dout);
-  f.partial = narrow(in.partial);
-  f.gate = static_cast<float>(in.gate);
+  const RoutingInputs<float> f = to_float(in);
   const RoutingOutputs<double> t = general_routing(in, c);
   const RoutingOutputs<float> r = general_routing(f, c);
   double worst = 0, big = 0;

@@ -27,7 +27,8 @@ uint16_t float_to_f16_bits(float x) {
   const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t a = u & 0x7fffffffu;
   if (a >= 0x7f800000u)  // inf, or NaN (kept quiet, with what fits of its payload)
-    return static_cast<uint16_t>(sign | 0x7c00u | (a > 0x7f800000u ? 0x0200u | ((a >> 13) & 0x3ffu) : 0u));
+    return static_cast<uint16_t>(sign | 0x7c00u |
+                                 (a > 0x7f800000u ? 0x0200u | ((a >> 13) & 0x3ffu) : 0u));
   if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // ≥ 65520 rounds to inf
   if (a < 0x38800000u) {
     // Below 2^-14, F16's smallest normal: a multiple of 2^-24. a · 2^24 is exact in float, and

@@ -27,8 +27,12 @@ uint16_t float_to_f16_bits(float x);
 float f16_bits_to_float(uint16_t h);
 
 /// x rounded to the nearest BF16, as a float.
-inline float round_to_bf16(float x) { return bf16_bits_to_float(float_to_bf16_bits(x)); }
+inline float round_to_bf16(float x) {
+  return bf16_bits_to_float(float_to_bf16_bits(x));
+}
 /// x rounded to the nearest F16, as a float.
-inline float round_to_f16(float x) { return f16_bits_to_float(float_to_f16_bits(x)); }
+inline float round_to_f16(float x) {
+  return f16_bits_to_float(float_to_f16_bits(x));
+}
 
 }  // namespace mhar::io

@@ -21,9 +21,12 @@ namespace mhar::verify {
 
 std::string dtype_name(DType t) {
   switch (t) {
-    case DType::F32: return "f32";
-    case DType::BF16: return "bf16";
-    case DType::F16: return "f16";
+    case DType::F32:
+      return "f32";
+    case DType::BF16:
+      return "bf16";
+    case DType::F16:
+      return "f16";
   }
   return "?";
 }
@@ -37,18 +40,24 @@ DType parse_dtype(const std::string& name) {
 
 double unit_roundoff(DType t) {
   switch (t) {
-    case DType::F32: return std::ldexp(1.0, -24);
-    case DType::BF16: return std::ldexp(1.0, -8);
-    case DType::F16: return std::ldexp(1.0, -11);
+    case DType::F32:
+      return std::ldexp(1.0, -24);
+    case DType::BF16:
+      return std::ldexp(1.0, -8);
+    case DType::F16:
+      return std::ldexp(1.0, -11);
   }
   return 0;
 }
 
 float round_to(DType t, float x) {
   switch (t) {
-    case DType::F32: return x;
-    case DType::BF16: return io::round_to_bf16(x);
-    case DType::F16: return io::round_to_f16(x);
+    case DType::F32:
+      return x;
+    case DType::BF16:
+      return io::round_to_bf16(x);
+    case DType::F16:
+      return io::round_to_f16(x);
   }
   return x;
 }
@@ -71,7 +80,7 @@ std::vector<CaseSpec> quick_set() {
   std::vector<CaseSpec> v;
   v.push_back(spec("n1", "N = 1", 1, 3, 32, 4));
   v.push_back(spec("h1", "H = 1 (Attention Residuals)", 5, 4, 64, 1));
-  v.push_back(spec("hd", "H = d (one column a head)", 3, 3, 16, 16));
+  v.push_back(spec("hd", "H = d = 12 (one column a head), one position", 3, 1, 12, 12));
   v.push_back(spec("k160", "K = 160 is not a power of two", 4, 3, 320, 2));
   v.push_back(spec("oddp", "odd P = 37", 6, 37, 128, 4));
   {
@@ -158,8 +167,8 @@ std::vector<CaseSpec> paper_set() {
   v.push_back(spec("p1024", "paper shape: d 1024, H 8, N 49", 49, 8, 1024, 8));
   v.push_back(spec("p1280", "paper shape: d 1280, H 8, N 73", 73, 8, 1280, 8));
   {
-    CaseSpec s = spec("p1280d", "paper shape, delta: d 1280, H 4, N 17, null source", 17, 8, 1280,
-                      4);
+    CaseSpec s =
+        spec("p1280d", "paper shape, delta: d 1280, H 4, N 17, null source", 17, 8, 1280, 4);
     s.delta = true;
     s.null_source = 0;
     v.push_back(s);
@@ -221,7 +230,9 @@ std::vector<std::string> all_outputs(const Conventions& c) {
   return v;
 }
 
-bool is_forward_output(const std::string& name) { return name == "out" || name == "alpha"; }
+bool is_forward_output(const std::string& name) {
+  return name == "out" || name == "alpha";
+}
 
 double relative_error(const std::vector<double>& got, const std::vector<double>& truth) {
   if (got.size() != truth.size()) return std::numeric_limits<double>::quiet_NaN();
@@ -297,19 +308,7 @@ Case make_case(const CaseSpec& s, DType dtype, std::uint64_t seed) {
 
   // The yardstick: the same loops in float from the same inputs, each output rounded to the
   // case's dtype (what a kernel that stores in that dtype must at least lose).
-  const auto narrow = [](const std::vector<double>& v) {
-    return std::vector<float>(v.begin(), v.end());
-  };
-  RoutingInputs<float> f;
-  f.N = in.N;
-  f.P = in.P;
-  f.d = in.d;
-  f.sources = narrow(in.sources);
-  f.q = narrow(in.q);
-  f.g = narrow(in.g);
-  f.dout = narrow(in.dout);
-  f.partial = narrow(in.partial);
-  f.gate = static_cast<float>(in.gate);
+  const RoutingInputs<float> f = to_float(in);
   const RoutingOutputs<float> ref = general_routing(f, conv);
   const auto widen = [&](const std::vector<float>& v) {
     std::vector<double> w(v.size());
@@ -317,9 +316,8 @@ Case make_case(const CaseSpec& s, DType dtype, std::uint64_t seed) {
     return w;
   };
   const std::map<std::string, std::vector<double>> got = {
-      {"out", widen(ref.out)},     {"alpha", widen(ref.alpha)},
-      {"dsources", widen(ref.dsources)}, {"dq", widen(ref.dq)},
-      {"dg", widen(ref.dg)},       {"dpartial", widen(ref.dpartial)},
+      {"out", widen(ref.out)},      {"alpha", widen(ref.alpha)}, {"dsources", widen(ref.dsources)},
+      {"dq", widen(ref.dq)},        {"dg", widen(ref.dg)},       {"dpartial", widen(ref.dpartial)},
       {"dgate", widen({ref.dgate})}};
   for (const std::string& name : all_outputs(conv))
     c.yardstick[name] = relative_error(got.at(name), c.truth_of(name));
@@ -337,9 +335,12 @@ namespace {
 io::Tensor stored(DType t, std::vector<int64_t> shape, const std::vector<double>& v) {
   const std::vector<float> f(v.begin(), v.end());
   switch (t) {
-    case DType::BF16: return io::Tensor::from_bf16(std::move(shape), f.data());
-    case DType::F16: return io::Tensor::from_f16(std::move(shape), f.data());
-    case DType::F32: break;
+    case DType::BF16:
+      return io::Tensor::from_bf16(std::move(shape), f.data());
+    case DType::F16:
+      return io::Tensor::from_f16(std::move(shape), f.data());
+    case DType::F32:
+      break;
   }
   return io::Tensor::from_f32(std::move(shape), f.data());
 }
@@ -432,10 +433,12 @@ std::vector<double> tensor_values(const std::string& path, const io::SafeTensors
   if (!t) case_error(path, "missing tensor '" + name + "'");
   if (t->shape != shape) {
     std::string want = "[", got = "[";
-    for (std::size_t k = 0; k < shape.size(); ++k) want += (k ? ", " : "") + std::to_string(shape[k]);
+    for (std::size_t k = 0; k < shape.size(); ++k)
+      want += (k ? ", " : "") + std::to_string(shape[k]);
     for (std::size_t k = 0; k < t->shape.size(); ++k)
       got += (k ? ", " : "") + std::to_string(t->shape[k]);
-    case_error(path, "tensor '" + name + "' has shape " + got + "], the metadata says " + want + "]");
+    case_error(path,
+               "tensor '" + name + "' has shape " + got + "], the metadata says " + want + "]");
   }
   std::vector<double> v;
   try {
@@ -460,12 +463,14 @@ Case load_case(const std::string& path) {
     throw CaseError(e.what());
   }
   if (meta(path, st, "format") != kCasesFormat)
-    case_error(path, "metadata format = '" + meta(path, st, "format") + "', not '" +
-                         kCasesFormat + "': not a case file");
+    case_error(path, "metadata format = '" + meta(path, st, "format") + "', not '" + kCasesFormat +
+                         "': not a case file");
   const long version = meta_int(path, st, "format_version", 1);
   if (version != kCasesFormatVersion)
-    case_error(path, "format_version " + std::to_string(version) + " is not supported (this build "
-                     "reads version " + std::to_string(kCasesFormatVersion) + ")");
+    case_error(path, "format_version " + std::to_string(version) +
+                         " is not supported (this build "
+                         "reads version " +
+                         std::to_string(kCasesFormatVersion) + ")");
   Case c;
   CaseSpec& s = c.spec;
   s.id = meta(path, st, "id");
@@ -500,13 +505,20 @@ Case load_case(const std::string& path) {
   const Conventions conv = c.conventions();
   for (const std::string& name : all_outputs(conv)) {
     std::vector<double> t = tensor_values(path, st, "truth." + name, c.shape_of(name));
-    if (name == "out") c.truth.out = std::move(t);
-    else if (name == "alpha") c.truth.alpha = std::move(t);
-    else if (name == "dsources") c.truth.dsources = std::move(t);
-    else if (name == "dq") c.truth.dq = std::move(t);
-    else if (name == "dg") c.truth.dg = std::move(t);
-    else if (name == "dpartial") c.truth.dpartial = std::move(t);
-    else if (name == "dgate") c.truth.dgate = t[0];
+    if (name == "out")
+      c.truth.out = std::move(t);
+    else if (name == "alpha")
+      c.truth.alpha = std::move(t);
+    else if (name == "dsources")
+      c.truth.dsources = std::move(t);
+    else if (name == "dq")
+      c.truth.dq = std::move(t);
+    else if (name == "dg")
+      c.truth.dg = std::move(t);
+    else if (name == "dpartial")
+      c.truth.dpartial = std::move(t);
+    else if (name == "dgate")
+      c.truth.dgate = t[0];
     c.yardstick[name] = tensor_values(path, st, "yardstick." + name, {})[0];
     if (c.yardstick[name] < 0) case_error(path, "yardstick." + name + " is negative");
   }
@@ -537,10 +549,18 @@ Manifest write_cases(const std::string& dir, const std::string& set,
       save_case((std::filesystem::path(dir) / file).string(), c);
       m.cases.push_back({file, specs[k].id, specs[k].why, t});
       const CaseSpec& s = specs[k];
-      j["cases"].push_back({{"file", file},      {"id", s.id},       {"why", s.why},
-                            {"dtype", dtype_name(t)}, {"N", s.N},   {"P", s.P},
-                            {"d", s.d},          {"H", s.H},         {"eps", s.eps},
-                            {"scale", s.scale},  {"gain", s.gain},   {"delta", s.delta}});
+      j["cases"].push_back({{"file", file},
+                            {"id", s.id},
+                            {"why", s.why},
+                            {"dtype", dtype_name(t)},
+                            {"N", s.N},
+                            {"P", s.P},
+                            {"d", s.d},
+                            {"H", s.H},
+                            {"eps", s.eps},
+                            {"scale", s.scale},
+                            {"gain", s.gain},
+                            {"delta", s.delta}});
     }
   }
   io::write_text_file_atomic((std::filesystem::path(dir) / "manifest.json").string(),
@@ -566,8 +586,8 @@ Manifest load_manifest(const std::string& dir) {
       throw CaseError(path + ": format is not '" + std::string(kCasesFormat) + "'");
     if (j.at("format_version").get<int>() != kCasesFormatVersion)
       throw CaseError(path + ": format_version " + j.at("format_version").dump() +
-                      " is not supported (this build reads " +
-                      std::to_string(kCasesFormatVersion) + ")");
+                      " is not supported (this build reads " + std::to_string(kCasesFormatVersion) +
+                      ")");
     m.set = j.at("set").get<std::string>();
     m.seed = j.at("seed").get<std::uint64_t>();
     for (const auto& e : j.at("cases")) {

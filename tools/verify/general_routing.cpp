@@ -12,6 +12,23 @@
 
 namespace mhar::verify {
 
+RoutingInputs<float> to_float(const RoutingInputs<double>& in) {
+  const auto narrow = [](const std::vector<double>& v) {
+    return std::vector<float>(v.begin(), v.end());
+  };
+  RoutingInputs<float> f;
+  f.N = in.N;
+  f.P = in.P;
+  f.d = in.d;
+  f.sources = narrow(in.sources);
+  f.q = narrow(in.q);
+  f.g = narrow(in.g);
+  f.dout = narrow(in.dout);
+  f.partial = narrow(in.partial);
+  f.gate = static_cast<float>(in.gate);
+  return f;
+}
+
 template <typename T>
 void check_general_args(const RoutingInputs<T>& in, const Conventions& c) {
   const auto fail = [](const std::string& m) { throw std::invalid_argument("routing: " + m); };
@@ -29,8 +46,7 @@ void check_general_args(const RoutingInputs<T>& in, const Conventions& c) {
 }
 
 template <typename T>
-RoutingOutputs<T> general_routing(const RoutingInputs<T>& in, const Conventions& c,
-                                  bool backward) {
+RoutingOutputs<T> general_routing(const RoutingInputs<T>& in, const Conventions& c, bool backward) {
   check_general_args(in, c);
   const int N = in.N, P = in.P, d = in.d, H = c.H, K = d / H;
   const T eps = static_cast<T>(c.eps), scale = static_cast<T>(c.scale);
@@ -118,7 +134,7 @@ RoutingOutputs<T> general_routing(const RoutingInputs<T>& in, const Conventions&
         for (int col = h * K; col < (h + 1) * K; ++col) {
           const T s = S(i, p, col);
           const T u = sdz * in.q[col] * gain(col);  // ∂loss/∂(r_i S_i[c])
-          dS[col] += al * dm[col] + r * u;           // value path (4), key path (2)
+          dS[col] += al * dm[col] + r * u;          // value path (4), key path (2)
           uS[i] += u * s;
           o.dq[col] += sdz * gain(col) * r * s;
           if (c.gain) o.dg[col] += sdz * in.q[col] * r * s;

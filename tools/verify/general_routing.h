@@ -26,11 +26,11 @@ namespace mhar::verify {
 
 /// The conventions of one routing site.
 struct Conventions {
-  int H = 1;            ///< heads; must divide d
-  double eps = 1e-6;    ///< inside the RMS of a key
-  double scale = 1.0;   ///< multiplies every logit
-  bool gain = true;     ///< a key gain g (else g = 1 and there is no dg)
-  bool delta = false;   ///< out = partial + gate · mix (else out = mix)
+  int H = 1;           ///< heads; must divide d
+  double eps = 1e-6;   ///< inside the RMS of a key
+  double scale = 1.0;  ///< multiplies every logit
+  bool gain = true;    ///< a key gain g (else g = 1 and there is no dg)
+  bool delta = false;  ///< out = partial + gate · mix (else out = mix)
 };
 
 /// The inputs, flat and row-major: sources N × P × d, q and g d (g empty without a gain),
@@ -49,6 +49,9 @@ struct RoutingOutputs {
   std::vector<T> out, alpha, dsources, dq, dg, dpartial;
   T dgate = 0;
 };
+
+/// The same inputs rounded to float (what the float twin, the yardstick, computes from).
+RoutingInputs<float> to_float(const RoutingInputs<double>& in);
 
 /// Throws std::invalid_argument naming what is wrong unless `in` and `c` make a routing site.
 template <typename T>

@@ -77,14 +77,14 @@ std::vector<std::string> hints_for(const std::map<std::string, std::string>& ver
                 ": check the mix: column c takes the weights of head c / K, and the values are "
                 "the raw sources (and, for delta, out = partial + gate · mix)");
   if (!verdicts.count("alpha") && failed("out"))
-    h.push_back("out is wrong" + at("out") +
-                "; write alpha too, to tell the weights from the mix");
+    h.push_back("out is wrong" + at("out") + "; write alpha too, to tell the weights from the mix");
   if (passed("out") && failed("dsources"))
     h.push_back("the forward is right but dsources is wrong" + at("dsources") +
                 ": the value path α·dout, the key path r·u and the RMS term −(r³/d)(Σ u·S)·S");
   if (passed("out") && (failed("dq") || failed("dg")))
-    h.push_back("the forward is right but dq/dg are wrong: they sum dz·r·S over positions and "
-                "sources, times g (for dq) or q (for dg), and the logit scale");
+    h.push_back(
+        "the forward is right but dq/dg are wrong: they sum dz·r·S over positions and "
+        "sources, times g (for dq) or q (for dg), and the logit scale");
   if (failed("dgate") || failed("dpartial"))
     h.push_back("delta: dpartial = dout and dgate = Σ dout · mix");
   return h;
@@ -124,8 +124,7 @@ VerifyReport verify_results(const VerifyOptions& o) {
       "with float accumulation, floor = {} x unit roundoff (f32 {:.1e}, bf16 {:.1e}, f16 {:.1e})",
       kToleranceK, kFloorUlps, tolerance_floor(DType::F32), tolerance_floor(DType::BF16),
       tolerance_floor(DType::F16));
-  if (!fs::is_directory(o.results))
-    throw CaseError(o.results + ": no such results directory");
+  if (!fs::is_directory(o.results)) throw CaseError(o.results + ": no such results directory");
   if (rep.repeat && !fs::is_directory(o.repeat))
     throw CaseError(o.repeat + ": no such results directory (--repeat)");
 
@@ -136,10 +135,14 @@ VerifyReport verify_results(const VerifyOptions& o) {
       row.file = e.file;
       row.why = c.spec.why;
       if (row.verdict == "hint") {
-      } else if (row.verdict == "pass") ++rep.pass;
-      else if (row.verdict == "FAIL") ++rep.fail;
-      else if (row.verdict == "missing") ++rep.missing;
-      else ++rep.not_checked;
+      } else if (row.verdict == "pass")
+        ++rep.pass;
+      else if (row.verdict == "FAIL")
+        ++rep.fail;
+      else if (row.verdict == "missing")
+        ++rep.missing;
+      else
+        ++rep.not_checked;
       rep.rows.push_back(std::move(row));
     };
     const std::string rpath = (fs::path(o.results) / e.file).string();
@@ -202,8 +205,10 @@ VerifyReport verify_results(const VerifyOptions& o) {
               row.worst_index = static_cast<long>(k);
             }
           where[name] = describe_element(c, name, row.worst_index);
-          if (row.error <= row.tolerance) row.verdict = "pass";
-          else row.note = "worst at " + where[name];
+          if (row.error <= row.tolerance)
+            row.verdict = "pass";
+          else
+            row.note = "worst at " + where[name];
         }
       }
       verdicts[name] = row.verdict;
@@ -217,9 +222,9 @@ VerifyReport verify_results(const VerifyOptions& o) {
       const std::vector<double> v = t.to_f64();
       for (std::size_t k = 0; k < v.size(); ++k)
         if (!std::isfinite(v[k])) {
-          add(make_row(name, "FAIL",
-                       fmt::format("{} at element {} (an extra tensor; a NaN anywhere fails)",
-                                   v[k], k)));
+          add(make_row(
+              name, "FAIL",
+              fmt::format("{} at element {} (an extra tensor; a NaN anywhere fails)", v[k], k)));
           break;
         }
     }
@@ -271,7 +276,9 @@ VerifyReport verify_results(const VerifyOptions& o) {
 
 namespace {
 
-std::string num_or_dash(double x) { return std::isnan(x) ? "-" : fmt::format("{:.2e}", x); }
+std::string num_or_dash(double x) {
+  return std::isnan(x) ? "-" : fmt::format("{:.2e}", x);
+}
 
 }  // namespace
 
@@ -301,16 +308,16 @@ std::string format_report(const VerifyReport& r) {
                      row.note.empty() ? "" : ": " + row.note);
   }
   s += fmt::format("{}: {} pass, {} fail, {} missing, {} not checked{}\n",
-                   r.ok() ? "PASS" : (r.fail == 0 && r.missing > 0 ? "INCOMPLETE" : "FAIL"),
-                   r.pass, r.fail, r.missing, r.not_checked,
+                   r.ok() ? "PASS" : (r.fail == 0 && r.missing > 0 ? "INCOMPLETE" : "FAIL"), r.pass,
+                   r.fail, r.missing, r.not_checked,
                    r.ok() ? "" : (r.missing && !r.fail ? " (missing is never a pass)" : ""));
   for (const auto& row : r.rows)
     if (row.verdict == "FAIL") {
-      std::string what = std::isnan(row.error)
-                             ? row.note
-                             : fmt::format("error {:.3e} > tolerance {:.3e} ({:.1f}x){}", row.error,
-                                           row.tolerance, row.ratio,
-                                           row.note.empty() ? "" : ", " + row.note);
+      std::string what =
+          std::isnan(row.error)
+              ? row.note
+              : fmt::format("error {:.3e} > tolerance {:.3e} ({:.1f}x){}", row.error, row.tolerance,
+                            row.ratio, row.note.empty() ? "" : ", " + row.note);
       s += fmt::format("first failure: case {} tensor {}: {}\n", row.file, row.tensor, what);
       break;
     }
@@ -337,8 +344,8 @@ nlohmann::ordered_json report_json(const VerifyReport& r) {
                          {"ratio", num(row.ratio)},
                          {"verdict", row.verdict},
                          {"note", row.note}});
-  j["summary"] = {{"pass", r.pass}, {"fail", r.fail}, {"missing", r.missing},
-                  {"not_checked", r.not_checked}};
+  j["summary"] = {
+      {"pass", r.pass}, {"fail", r.fail}, {"missing", r.missing}, {"not_checked", r.not_checked}};
   j["pass"] = r.ok();
   return j;
 }

@@ -30,14 +30,14 @@ struct VerifyOptions {
 
 /// One row of the table.
 struct VerifyRow {
-  std::string file;    ///< the case file name
+  std::string file;  ///< the case file name
   std::string why;
-  std::string tensor;  ///< an output name, or "(case)", "(file)", "(repeat)", "(hint)"
-  std::string verdict; ///< "pass", "FAIL", "missing" or "not checked"
+  std::string tensor;   ///< an output name, or "(case)", "(file)", "(repeat)", "(hint)"
+  std::string verdict;  ///< "pass", "FAIL", "missing" or "not checked"
   double error = std::numeric_limits<double>::quiet_NaN();
   double tolerance = std::numeric_limits<double>::quiet_NaN();
   double ratio = std::numeric_limits<double>::quiet_NaN();
-  std::string note;    ///< why it failed or is missing; where the worst element is
+  std::string note;  ///< why it failed or is missing; where the worst element is
   long worst_index = -1;
 };
 

@@ -17,17 +17,19 @@ constexpr int kThreads = 256;
 constexpr int kCols = 8;
 constexpr float kEps = 1e-6f;
 
-std::size_t kSmemFloats(int d, int H) { return 2 * static_cast<std::size_t>(d) + 4 * H; }
+std::size_t kSmemFloats(int d, int H) {
+  return 2 * static_cast<std::size_t>(d) + 4 * H;
+}
 
 __global__ void lab8_forward_kernel(float* out, float* alpha, const float* sources, const float* q,
                                     const float* g, int N, int P, int d, int H) {
   extern __shared__ float smem[];
-  float* prod = smem;         // d: q_c g_c S_i[c]
-  float* sq = smem + d;       // d: S_i[c]²
-  float* m = smem + 2 * d;    // H: running max
-  float* l = m + H;           // H: running denominator
-  float* corr = l + H;        // H: rescale of the old state
-  float* w = corr + H;        // H: weight of the current source
+  float* prod = smem;       // d: q_c g_c S_i[c]
+  float* sq = smem + d;     // d: S_i[c]²
+  float* m = smem + 2 * d;  // H: running max
+  float* l = m + H;         // H: running denominator
+  float* corr = l + H;      // H: rescale of the old state
+  float* w = corr + H;      // H: weight of the current source
   const int p = blockIdx.x, t = threadIdx.x, K = d / H;
   float acc[kCols] = {};
   if (t < H) {
@@ -80,12 +82,14 @@ __global__ void lab8_forward_kernel(float* out, float* alpha, const float* sourc
 
 }  // namespace
 
-bool lab8_supports(int d, int H) { return d <= kThreads * kCols && d % H == 0; }
+bool lab8_supports(int d, int H) {
+  return d <= kThreads * kCols && d % H == 0;
+}
 
 void lab8_routing_forward(float* out, float* alpha, const float* sources, const float* q,
                           const float* g, int N, int P, int d, int H) {
   if (!lab8_supports(d, H)) throw std::invalid_argument("lab 8 kernel: d > 2048 or H ∤ d");
-  lab8_forward_kernel<<<P, kThreads, kSmemFloats(d, H) * sizeof(float)>>>(out, alpha, sources, q,
-                                                                          g, N, P, d, H);
+  lab8_forward_kernel<<<P, kThreads, kSmemFloats(d, H) * sizeof(float)>>>(out, alpha, sources, q, g,
+                                                                          N, P, d, H);
   if (cudaGetLastError() != cudaSuccess) throw std::runtime_error("lab 8 kernel: launch failed");
 }

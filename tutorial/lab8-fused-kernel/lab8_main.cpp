@@ -33,8 +33,10 @@ namespace {
 void time_against_copy() {
   const int N = 17, P = 4096, d = 1024, H = 8;
   const std::size_t n = static_cast<std::size_t>(N) * P * d;
-  mhar::cuda::DeviceBuffer S(n), S2(n), q(std::vector<float>(d, 0.01f)), g(std::vector<float>(d, 1.0f));
-  mhar::cuda::DeviceBuffer out(static_cast<std::size_t>(P) * d), alpha(static_cast<std::size_t>(N) * P * H);
+  mhar::cuda::DeviceBuffer S(n), S2(n), q(std::vector<float>(d, 0.01f)),
+      g(std::vector<float>(d, 1.0f));
+  mhar::cuda::DeviceBuffer out(static_cast<std::size_t>(P) * d),
+      alpha(static_cast<std::size_t>(N) * P * H);
   S.fill_bytes(0);
   cudaEvent_t a, b;
   cudaEventCreate(&a);
@@ -52,16 +54,16 @@ void time_against_copy() {
   const float kernel = time([&] {
     lab8_routing_forward(out.data(), alpha.data(), S.data(), q.data(), g.data(), N, P, d, H);
   });
-  const float copy = time([&] {
-    cudaMemcpy(S2.data(), S.data(), n * sizeof(float), cudaMemcpyDeviceToDevice);
-  });
+  const float copy =
+      time([&] { cudaMemcpy(S2.data(), S.data(), n * sizeof(float), cudaMemcpyDeviceToDevice); });
   // The forward reads N·P·d floats once (and writes P·d); a copy reads and writes N·P·d.
   const double bytes = (n + static_cast<double>(P) * d) * sizeof(float);
-  std::printf("timing at N %d, P %d, d %d, H %d: kernel %.3f ms (%.0f GB/s of reads+writes), "
-              "copy of the sources %.3f ms (%.0f GB/s); the kernel reads half the copy's bytes, "
-              "so its floor is ~%.3f ms\n",
-              N, P, d, H, kernel, bytes / kernel / 1e6, copy, 2.0 * n * sizeof(float) / copy / 1e6,
-              copy / 2);
+  std::printf(
+      "timing at N %d, P %d, d %d, H %d: kernel %.3f ms (%.0f GB/s of reads+writes), "
+      "copy of the sources %.3f ms (%.0f GB/s); the kernel reads half the copy's bytes, "
+      "so its floor is ~%.3f ms\n",
+      N, P, d, H, kernel, bytes / kernel / 1e6, copy, 2.0 * n * sizeof(float) / copy / 1e6,
+      copy / 2);
   cudaEventDestroy(a);
   cudaEventDestroy(b);
 }
@@ -100,8 +102,8 @@ int main(int argc, char** argv) {
     for (const auto& [file, why] : run.not_served)
       std::printf("not served (so missing above, and not a failure of your kernel): %s: %s\n",
                   file.c_str(), why.c_str());
-    const bool ok = r.fail == 0 && r.pass > 0 &&
-                    r.missing == static_cast<int>(run.not_served.size());
+    const bool ok =
+        r.fail == 0 && r.pass > 0 && r.missing == static_cast<int>(run.not_served.size());
     std::printf("lab 8 (%s kernel, %s): %s in %.1f s\n", LAB8_WHICH,
 #ifdef MHAR_CUDA_EMULATOR
                 "on the CPU emulator",

@@ -35,12 +35,14 @@ constexpr int kThreads = 256;  ///< threads per block (one block per position)
 constexpr int kCols = 8;       ///< columns per thread: d ≤ kThreads · kCols = 2048
 constexpr float kEps = 1e-6f;  ///< eps inside the RMS, as the project's kernels
 
-std::size_t kSmemFloats(int d, int H) { return 2 * static_cast<std::size_t>(d) + 4 * H; }
+std::size_t kSmemFloats(int d, int H) {
+  return 2 * static_cast<std::size_t>(d) + 4 * H;
+}
 
 __global__ void lab8_forward_kernel(float* out, float* alpha, const float* sources, const float* q,
                                     const float* g, int N, int P, int d, int H) {
   extern __shared__ float smem[];
-  // TODO(lab 8): your kernel. Position p = blockIdx.x; thread t = threadIdx.x.
+  // Lab 8, exercise 1: your kernel here. Position p = blockIdx.x; thread t = threadIdx.x.
   (void)smem;
   (void)out;
   (void)alpha;
@@ -56,12 +58,14 @@ __global__ void lab8_forward_kernel(float* out, float* alpha, const float* sourc
 
 }  // namespace
 
-bool lab8_supports(int d, int H) { return d <= kThreads * kCols && d % H == 0; }
+bool lab8_supports(int d, int H) {
+  return d <= kThreads * kCols && d % H == 0;
+}
 
 void lab8_routing_forward(float* out, float* alpha, const float* sources, const float* q,
                           const float* g, int N, int P, int d, int H) {
   if (!lab8_supports(d, H)) throw std::invalid_argument("lab 8 kernel: d > 2048 or H ∤ d");
-  lab8_forward_kernel<<<P, kThreads, kSmemFloats(d, H) * sizeof(float)>>>(out, alpha, sources, q,
-                                                                          g, N, P, d, H);
+  lab8_forward_kernel<<<P, kThreads, kSmemFloats(d, H) * sizeof(float)>>>(out, alpha, sources, q, g,
+                                                                          N, P, d, H);
   if (cudaGetLastError() != cudaSuccess) throw std::runtime_error("lab 8 kernel: launch failed");
 }
