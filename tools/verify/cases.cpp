@@ -578,7 +578,7 @@ Manifest load_manifest(const std::string& dir) {
   try {
     j = nlohmann::json::parse(in);
   } catch (const nlohmann::json::parse_error& e) {
-    throw CaseError(path + ": not valid JSON: " + e.what());
+    throw CaseError(path + ": not valid JSON (at byte " + std::to_string(e.byte) + ")");
   }
   Manifest m;
   try {
@@ -601,7 +601,11 @@ Manifest load_manifest(const std::string& dir) {
       m.cases.push_back(me);
     }
   } catch (const nlohmann::json::exception& e) {
-    throw CaseError(path + ": malformed manifest: " + e.what());
+    // nlohmann's message without its "[json.exception.type_error.302] " prefix
+    std::string what = e.what();
+    if (const auto end = what.find("] "); what.rfind("[json.exception", 0) == 0 && end != what.npos)
+      what = what.substr(end + 2);
+    throw CaseError(path + ": malformed manifest: " + what);
   } catch (const std::invalid_argument& e) {
     throw CaseError(path + ": " + e.what());
   }
