@@ -88,3 +88,6 @@ def make_routing(mistake=None):
 
 
 routing = make_routing()
+
+# For --backward verify_examples.numpy_routing:backward (the same as routing.backward).
+backward = routing.backward
