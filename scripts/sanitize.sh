@@ -41,6 +41,11 @@ $toy plot "$smoke/run" "$smoke/res" -o "$smoke/loss" >/dev/null
 $toy bench step "${tiny[@]}" --device cpu --repeats 1 >/dev/null
 $toy bench routing --device cpu -N 3 -P 40 --width 16 --route-heads 4 --repeats 1 --threads 2 \
   >/dev/null
+$toy cases --out "$smoke/cases" --set quick --dtype all >/dev/null
+mkdir "$smoke/results"
+rc=0  # no candidate here: every case is missing, which verify reports as incomplete (exit 1)
+$toy verify --cases "$smoke/cases" --results "$smoke/results" --json >/dev/null || rc=$?
+[[ $rc -eq 1 ]] || { echo "sanitize: mhar-toy verify with no results exited $rc, not 1" >&2; exit 1; }
 rc=0
 $toy check >/dev/null 2>&1 || rc=$?
 [[ $rc -eq 4 ]] || { echo "sanitize: mhar-toy check without CUDA exited $rc, not 4" >&2; exit 1; }

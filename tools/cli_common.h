@@ -59,5 +59,7 @@ Subcommand register_bench(CLI::App& app);
 Subcommand register_stream(CLI::App& app);
 Subcommand register_probe(CLI::App& app);
 Subcommand register_sweep(CLI::App& app);
+Subcommand register_cases(CLI::App& app);
+Subcommand register_verify(CLI::App& app);
 
 }  // namespace mhar::toy

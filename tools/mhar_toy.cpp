@@ -31,10 +31,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "mhar-toy 0.1.0");
   const std::vector<Subcommand> subs = {
-      register_train(app),   register_sample(app),  register_eval(app), register_grad(app),
-      register_heatmap(app), register_convert(app), register_plot(app), register_check(app),
-      register_bench(app),   register_stream(app), register_probe(app),
-      register_sweep(app)};
+      register_train(app),   register_sample(app),  register_eval(app),  register_grad(app),
+      register_heatmap(app), register_convert(app), register_plot(app),  register_check(app),
+      register_bench(app),   register_stream(app),  register_probe(app), register_sweep(app),
+      register_cases(app),   register_verify(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

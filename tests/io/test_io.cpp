@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "file_util.h"
+#include "half.h"
 #include "safetensors.h"
 #include "temp_dir.h"
 
@@ -223,8 +224,8 @@ TEST_CASE("safetensors: each kind of corrupt header gives its own FormatError", 
            "header length 64 runs past the end of the file (16 bytes)"},
       Case{"bad JSON", make_file(R"({"w":{"dtype":"F32",)", data), "header is not valid JSON"},
       Case{"not an object", make_file("[1, 2]", data), "header must be a JSON object, got array"},
-      Case{"unknown dtype", header(R"({"dtype":"BF16","shape":[2],"data_offsets":[0,8]})"),
-           "tensor 'w': unknown dtype 'BF16' (supported: F32, F64, I64)"},
+      Case{"unknown dtype", header(R"({"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,8]})"),
+           "tensor 'w': unknown dtype 'F8_E4M3' (supported: F32, F64, I64, BF16, F16)"},
       Case{"missing field", header(R"({"dtype":"F32","data_offsets":[0,8]})"),
            "tensor 'w': missing \"shape\""},
       Case{"negative dim", header(R"({"dtype":"F32","shape":[-2],"data_offsets":[0,8]})"),
@@ -275,11 +276,11 @@ TEST_CASE("safetensors: invalid tensors are refused before anything is written",
   };
   Tensor short_bytes = Tensor::from_f32({2}, v);
   short_bytes.shape = {3};
-  Tensor bf16 = Tensor::from_f32({2}, v);
-  bf16.dtype = "BF16";
+  Tensor f8 = Tensor::from_f32({2}, v);
+  f8.dtype = "F8_E4M3";
   const Case c = GENERATE_COPY(
       Case{"byte count", "w", short_bytes, "tensor 'w': shape [3] of F32 needs 12 bytes, has 8"},
-      Case{"dtype", "w", bf16, "tensor 'w': unknown dtype 'BF16'"},
+      Case{"dtype", "w", f8, "tensor 'w': unknown dtype 'F8_E4M3'"},
       Case{"reserved name", "__metadata__", Tensor::from_f32({2}, v), "(empty or reserved)"},
       Case{"empty name", "", Tensor::from_f32({2}, v), "(empty or reserved)"});
   CAPTURE(c.what);
@@ -402,4 +403,91 @@ TEST_CASE("atomic save: text files are written whole, and failures name the path
   CHECK(dir.entries() == std::vector<std::string>{"curve.csv"});
   const std::string bad = dir.file("missing/curve.csv");
   CHECK_THROWS_WITH(write_text_file_atomic(bad, "x"), Catch::StartsWith(bad + ": "));
+}
+
+// ---- BF16 and F16 (half.h): rounding to nearest, ties to even, against every 16-bit value ----
+
+namespace {
+
+/// Checks the rounding of one 16-bit format exhaustively: every finite value widens and rounds
+/// back to itself; between each pair of neighbours a < b, the midpoint (exact in float) goes to
+/// the one with the even bit pattern, and the floats just either side of it to the nearer one.
+void check_half_rounding(uint16_t (*to_bits)(float), float (*to_float)(uint16_t), float max_finite,
+                         const char* name) {
+  CAPTURE(name);
+  long checked = 0;
+  for (uint32_t b = 0; b < 0x10000u; ++b) {
+    const float a = to_float(static_cast<uint16_t>(b));
+    if (std::isnan(a)) {
+      REQUIRE(std::isnan(to_float(to_bits(a))));
+      continue;
+    }
+    REQUIRE(to_bits(a) == static_cast<uint16_t>(b));
+    if (!std::isfinite(a) || std::signbit(a) || a == max_finite) continue;
+    const uint16_t nb = static_cast<uint16_t>(b + 1);
+    const float next = to_float(nb);
+    const float mid = a + (next - a) / 2;  // exact: a and next differ in one bit of a 16-bit format
+    REQUIRE(mid > a);
+    REQUIRE(mid < next);
+    const uint16_t even = (b & 1u) ? nb : static_cast<uint16_t>(b);
+    REQUIRE(to_bits(mid) == even);
+    REQUIRE(to_bits(-mid) == static_cast<uint16_t>(even | 0x8000u));
+    REQUIRE(to_bits(std::nextafter(mid, 0.0f)) == static_cast<uint16_t>(b));
+    REQUIRE(to_bits(std::nextafter(mid, INFINITY)) == nb);
+    ++checked;
+  }
+  CHECK(checked > 30000);
+}
+
+}  // namespace
+
+TEST_CASE("half: BF16 and F16 round to nearest, ties to even, for every 16-bit value", "[half]") {
+  check_half_rounding(float_to_bf16_bits, bf16_bits_to_float, bf16_bits_to_float(0x7f7fu), "BF16");
+  check_half_rounding(float_to_f16_bits, f16_bits_to_float, 65504.0f, "F16");
+  // The edges: overflow, subnormals, signed zero, infinities, NaN.
+  CHECK(float_to_f16_bits(65519.0f) == 0x7bffu);  // below the halfway point: 65504
+  CHECK(float_to_f16_bits(65520.0f) == 0x7c00u);  // halfway to the next binade: inf (even)
+  CHECK(float_to_f16_bits(1e10f) == 0x7c00u);
+  CHECK(float_to_f16_bits(-1e10f) == 0xfc00u);
+  CHECK(f16_bits_to_float(0x0001u) == std::ldexp(1.0f, -24));  // smallest subnormal
+  CHECK(float_to_f16_bits(std::ldexp(1.0f, -25)) == 0x0000u);  // half of it: a tie, to even 0
+  CHECK(float_to_f16_bits(std::ldexp(1.5f, -25)) == 0x0001u);
+  CHECK(float_to_f16_bits(-0.0f) == 0x8000u);
+  CHECK(float_to_bf16_bits(-0.0f) == 0x8000u);
+  CHECK(float_to_bf16_bits(INFINITY) == 0x7f80u);
+  CHECK(float_to_bf16_bits(std::numeric_limits<float>::max()) == 0x7f80u);  // rounds up to inf
+  CHECK(std::isnan(round_to_bf16(NAN)));
+  CHECK(std::isnan(round_to_f16(NAN)));
+  CHECK(round_to_bf16(1.0f + std::ldexp(1.0f, -8)) == 1.0f);  // the tie at 1 goes to even
+  CHECK(round_to_bf16(1.0f + std::ldexp(3.0f, -8)) == 1.0f + std::ldexp(1.0f, -6));
+}
+
+TEST_CASE("safetensors: BF16 and F16 tensors round on the way in and widen exactly on the way out",
+          "[safetensors][half]") {
+  TempDir dir;
+  const std::string path = dir.file("half.safetensors");
+  const float v[4] = {1.0f, 1.0f / 3.0f, -70000.0f, 1e-6f};
+  SafeTensors st;
+  st.tensors.emplace_back("b", Tensor::from_bf16({2, 2}, v));
+  st.tensors.emplace_back("h", Tensor::from_f16({4}, v));
+  save_safetensors(path, st);
+  const SafeTensors back = load_safetensors(path);
+  const Tensor* b = back.find("b");
+  const Tensor* h = back.find("h");
+  REQUIRE(b != nullptr);
+  REQUIRE(h != nullptr);
+  CHECK(b->dtype == "BF16");
+  CHECK(h->dtype == "F16");
+  CHECK(b->bytes.size() == 8);
+  const auto bf = b->to_f32();
+  const auto hf = h->to_f64();
+  for (int i = 0; i < 4; ++i) {
+    CHECK(bf[i] == round_to_bf16(v[i]));
+    CHECK(hf[i] == static_cast<double>(round_to_f16(v[i])));
+  }
+  CHECK(bf[1] != v[1]);
+  CHECK(std::isinf(hf[2]));  // -70000 is beyond F16's range
+  // The byte layout is the little-endian bit pattern (what Python's safetensors reads).
+  CHECK(b->bytes[0] == 0x80);
+  CHECK(b->bytes[1] == 0x3f);
 }

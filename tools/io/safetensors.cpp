@@ -24,6 +24,7 @@
 #include <string_view>
 
 #include "file_util.h"
+#include "half.h"
 
 namespace mhar::io {
 
@@ -88,6 +89,30 @@ std::vector<T> values_as(const Tensor& t) {
   return v;
 }
 
+/// numel(shape) floats, each rounded to a 16-bit format by `to_bits` (half.h).
+Tensor make_half(const char* dtype, std::vector<int64_t> shape, const float* data,
+                 uint16_t (*to_bits)(float)) {
+  const int64_t n = checked_numel(shape);
+  if (n < 0)
+    throw std::invalid_argument("Tensor::from_*: shape " + shape_string(shape) +
+                                " has a negative dimension or too many elements");
+  std::vector<uint16_t> bits(static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = to_bits(data[i]);
+  Tensor t{dtype, std::move(shape), std::vector<unsigned char>(bits.size() * 2)};
+  if (n > 0) std::memcpy(t.bytes.data(), bits.data(), t.bytes.size());
+  return t;
+}
+
+/// A BF16 or F16 tensor widened to float (exact).
+std::vector<float> widen_half(const Tensor& t) {
+  const std::vector<uint16_t> bits = values_as<uint16_t>(t);
+  std::vector<float> v(bits.size());
+  const bool bf16 = t.dtype == "BF16";
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = bf16 ? bf16_bits_to_float(bits[i]) : f16_bits_to_float(bits[i]);
+  return v;
+}
+
 template <typename To, typename From>
 std::vector<To> convert(const std::vector<From>& from) {
   return std::vector<To>(from.begin(), from.end());
@@ -141,9 +166,10 @@ Entry parse_entry(const std::string& path, const std::string& name, const Json& 
   if (!dtype.is_string())
     format_error(path, "tensor '", name, "': dtype must be a string, got ", dtype.dump());
   e.tensor.dtype = dtype.get<std::string>();
-  if (e.tensor.dtype != "F32" && e.tensor.dtype != "F64" && e.tensor.dtype != "I64")
+  if (e.tensor.dtype != "F32" && e.tensor.dtype != "F64" && e.tensor.dtype != "I64" &&
+      e.tensor.dtype != "BF16" && e.tensor.dtype != "F16")
     format_error(path, "tensor '", name, "': unknown dtype '", e.tensor.dtype,
-                 "' (supported: F32, F64, I64)");
+                 "' (supported: F32, F64, I64, BF16, F16)");
 
   const Json& shape = j["shape"];
   if (!shape.is_array())
@@ -210,7 +236,8 @@ void check_ranges(const std::string& path, std::vector<Entry>& entries, uint64_t
 std::size_t dtype_size(const std::string& dtype) {
   if (dtype == "F32") return 4;
   if (dtype == "F64" || dtype == "I64") return 8;
-  throw FormatError("unknown dtype '" + dtype + "' (supported: F32, F64, I64)");
+  if (dtype == "BF16" || dtype == "F16") return 2;
+  throw FormatError("unknown dtype '" + dtype + "' (supported: F32, F64, I64, BF16, F16)");
 }
 
 Tensor Tensor::from_f32(std::vector<int64_t> shape, const float* data) {
@@ -219,6 +246,12 @@ Tensor Tensor::from_f32(std::vector<int64_t> shape, const float* data) {
 Tensor Tensor::from_f64(std::vector<int64_t> shape, const double* data) {
   return make_tensor("F64", std::move(shape), data);
 }
+Tensor Tensor::from_bf16(std::vector<int64_t> shape, const float* data) {
+  return make_half("BF16", std::move(shape), data, float_to_bf16_bits);
+}
+Tensor Tensor::from_f16(std::vector<int64_t> shape, const float* data) {
+  return make_half("F16", std::move(shape), data, float_to_f16_bits);
+}
 Tensor Tensor::from_i64(std::vector<int64_t> shape, const int64_t* data) {
   return make_tensor("I64", std::move(shape), data);
 }
@@ -226,13 +259,17 @@ Tensor Tensor::from_i64(std::vector<int64_t> shape, const int64_t* data) {
 std::vector<float> Tensor::to_f32() const {
   if (dtype == "F32") return values_as<float>(*this);
   if (dtype == "F64") return convert<float>(values_as<double>(*this));
-  throw FormatError("to_f32: tensor has dtype " + dtype + "; only F32 and F64 convert to float");
+  if (dtype == "BF16" || dtype == "F16") return widen_half(*this);
+  throw FormatError("to_f32: tensor has dtype " + dtype +
+                    "; only F32, F64, BF16 and F16 convert to float");
 }
 
 std::vector<double> Tensor::to_f64() const {
   if (dtype == "F64") return values_as<double>(*this);
   if (dtype == "F32") return convert<double>(values_as<float>(*this));
-  throw FormatError("to_f64: tensor has dtype " + dtype + "; only F32 and F64 convert to double");
+  if (dtype == "BF16" || dtype == "F16") return convert<double>(widen_half(*this));
+  throw FormatError("to_f64: tensor has dtype " + dtype +
+                    "; only F32, F64, BF16 and F16 convert to double");
 }
 
 std::vector<int64_t> Tensor::to_i64() const {

@@ -19,7 +19,8 @@
  * overlaps and trailing bytes) but never reads outside the file: every inconsistency becomes a
  * FormatError whose message starts with the path.
  *
- * Only the dtypes this project uses are supported: F32, F64, I64. No Eigen, no model: plain
+ * Only the dtypes this project uses are supported: F32, F64, I64, and BF16 and F16 (the verify
+ * kit's storage dtypes; half.h rounds to them). No Eigen, no model: plain
  * byte buffers, so that the tools and the tests share one implementation.
  */
 #pragma once
@@ -41,12 +42,12 @@ class FormatError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// Bytes per element of a dtype ("F32" → 4, "F64" → 8, "I64" → 8); throws FormatError otherwise.
+/// Bytes per element of a dtype ("F32" → 4, "F64", "I64" → 8, "BF16", "F16" → 2); throws FormatError otherwise.
 std::size_t dtype_size(const std::string& dtype);
 
 /// One tensor: dtype, shape and its raw little-endian bytes (row-major).
 struct Tensor {
-  std::string dtype;           ///< "F32", "F64" or "I64"
+  std::string dtype;           ///< "F32", "F64", "I64", "BF16" or "F16"
   std::vector<int64_t> shape;  ///< [] for a scalar
   std::vector<unsigned char> bytes;
 
@@ -54,12 +55,17 @@ struct Tensor {
   static Tensor from_f32(std::vector<int64_t> shape, const float* data);
   /// Copies numel(shape) doubles from `data`.
   static Tensor from_f64(std::vector<int64_t> shape, const double* data);
+  /// numel(shape) floats from `data`, each rounded to BF16 (ties to even; half.h).
+  static Tensor from_bf16(std::vector<int64_t> shape, const float* data);
+  /// numel(shape) floats from `data`, each rounded to F16 (ties to even, overflow to inf).
+  static Tensor from_f16(std::vector<int64_t> shape, const float* data);
   /// Copies numel(shape) 64-bit integers from `data`.
   static Tensor from_i64(std::vector<int64_t> shape, const int64_t* data);
 
-  /// The values as float (F32 as is, F64 rounded); throws FormatError for I64.
+  /// The values as float (F32 as is, F64 rounded, BF16 and F16 widened exactly); throws
+  /// FormatError for I64.
   std::vector<float> to_f32() const;
-  /// The values as double (F32 widened, F64 as is); throws FormatError for I64.
+  /// The values as double (F32, BF16, F16 widened, F64 as is); throws FormatError for I64.
   std::vector<double> to_f64() const;
   /// The values of an I64 tensor; throws FormatError for any other dtype.
   std::vector<int64_t> to_i64() const;

@@ -1,0 +1,312 @@
+#!/usr/bin/python3
+"""mhar_verify: run anyone's depth-routing function on the mhar conformance cases, then grade it
+with `mhar-toy verify` (one grader, in C++). Needs the standard library and NumPy; PyTorch only
+for PyTorch functions. Protocol and conventions: docs/verify.md.
+
+    /usr/bin/python3 python/mhar_verify.py --impl MODULE:FUNCTION --cases DIR [--results DIR]
+        [--framework numpy|torch] [--backward MODULE:FUNCTION] [--forward-only] [--json]
+        [--repeat] [--toy PATH]
+
+The function (NumPy or PyTorch):
+
+    fn(sources, q, g, H, eps, scale)                  -> out, or (out, alpha)
+    fn(sources, q, g, H, eps, scale, partial, gate)   -> the same, for delta cases
+
+sources [N, P, d], q [d], g [d] or None (a case without a key gain), partial [P, d], gate a
+0-d value; out [P, d]; alpha [N, P, H]. Arrays come as float32 (BF16/F16 case inputs are exact in
+float32), or with --input-dtype case in the case's own dtype where the framework has it.
+The backward: for --framework torch, autograd (out.backward(dout)); for NumPy, a function given
+with --backward, or as the attribute fn.backward:
+
+    backward(sources, q, g, H, eps, scale, dout[, partial, gate]) -> dict with
+        "dsources", "dq", and "dg" (gain cases) or "dpartial" and "dgate" (delta cases)
+
+Without a backward the candidate is forward-only (announced; verify grades only out and alpha).
+A function may decline a case by raising an exception named NotServed (verify then reports the
+case missing, never passed). Results are written as the arrays' dtype (F64, F32, BF16 or F16).
+"""
+
+import argparse
+import importlib
+import importlib.util
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import traceback
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def die(msg, code=2):
+    """A usage error (exit 2, as mhar-toy's): a bad flag, a module that does not import."""
+    print(f"mhar_verify: error: {msg}", file=sys.stderr)
+    sys.exit(code)
+
+
+class NotServed(Exception):
+    """Raise from an implementation to decline a case it does not support."""
+
+
+# ---- safetensors, the few lines the protocol needs -------------------------------------------
+
+def read_safetensors(path):
+    """(metadata dict, {name: float32/float64 ndarray}) of a safetensors file."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if len(data) < 8:
+        raise ValueError(f"{path}: too short to be safetensors")
+    (n,) = struct.unpack("<Q", data[:8])
+    if n > len(data) - 8:
+        raise ValueError(f"{path}: header length {n} runs past the end of the file")
+    header = json.loads(data[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    body = data[8 + n:]
+    tensors = {}
+    for name, e in header.items():
+        b, end = e["data_offsets"]
+        raw = body[b:end]
+        shape = tuple(e["shape"])
+        t = e["dtype"]
+        if t == "F64":
+            a = np.frombuffer(raw, dtype="<f8")
+        elif t == "F32":
+            a = np.frombuffer(raw, dtype="<f4")
+        elif t == "F16":
+            a = np.frombuffer(raw, dtype="<f2").astype(np.float32)
+        elif t == "BF16":
+            a = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            raise ValueError(f"{path}: tensor '{name}' has dtype {t} (F64, F32, BF16, F16 only)")
+        tensors[name] = a.reshape(shape).copy()
+    return meta, tensors
+
+
+def write_safetensors(path, tensors, metadata=None):
+    """tensors: {name: (dtype string, ndarray of the matching numpy dtype or uint16 bits)}."""
+    header, blobs, offset = {}, [], 0
+    if metadata:
+        header["__metadata__"] = metadata
+    for name, (dtype, arr) in tensors.items():
+        raw = np.ascontiguousarray(arr).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(arr.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for b in blobs:
+            f.write(b)
+    os.replace(tmp, path)
+
+
+def as_stored(x):
+    """A result (NumPy array or torch tensor) as (safetensors dtype, little-endian array)."""
+    if hasattr(x, "detach"):  # torch
+        import torch
+        x = x.detach().cpu()
+        if x.dtype == torch.bfloat16:
+            bits = x.contiguous().view(torch.int16).numpy().view(np.uint16)
+            return "BF16", bits.astype("<u2")
+        x = x.numpy()
+    x = np.asarray(x)
+    if x.dtype == np.float64:
+        return "F64", x.astype("<f8")
+    if x.dtype == np.float16:
+        return "F16", x.astype("<f2")
+    return "F32", x.astype("<f4")
+
+
+# ---- running an implementation ----------------------------------------------------------------
+
+def load_callable(spec, what):
+    if ":" not in spec:
+        die(f"{what} '{spec}' must be MODULE:FUNCTION")
+    mod_name, fn_name = spec.rsplit(":", 1)
+    for p in (os.getcwd(), HERE):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    try:
+        if mod_name.endswith(".py") or os.sep in mod_name:
+            s = importlib.util.spec_from_file_location(os.path.basename(mod_name)[:-3], mod_name)
+            mod = importlib.util.module_from_spec(s)
+            s.loader.exec_module(mod)
+        else:
+            mod = importlib.import_module(mod_name)
+    except Exception as e:  # the user's module: say what failed, no traceback wall
+        die(f"cannot import {mod_name}: {type(e).__name__}: {e}")
+    fn = getattr(mod, fn_name, None)
+    if not callable(fn):
+        die(f"{mod_name} has no function '{fn_name}'")
+    return fn
+
+
+def case_inputs(meta, t):
+    H = int(meta["H"])
+    eps = float(meta["eps"])
+    scale = float(meta["scale"])
+    gain = meta["gain"] == "1"
+    delta = meta["delta"] == "1"
+    return dict(sources=t["sources"], q=t["q"], g=t["g"] if gain else None, H=H, eps=eps,
+                scale=scale, partial=t["partial"] if delta else None,
+                gate=t["gate"] if delta else None, dout=t["dout"], gain=gain, delta=delta)
+
+
+def split_result(r):
+    if isinstance(r, (tuple, list)):
+        return r[0], (r[1] if len(r) > 1 else None)
+    return r, None
+
+
+def run_numpy(fn, backward, c):
+    args = [c["sources"], c["q"], c["g"], c["H"], c["eps"], c["scale"]]
+    if c["delta"]:
+        args += [c["partial"], c["gate"]]
+    out, alpha = split_result(fn(*args))
+    res = {"out": out}
+    if alpha is not None:
+        res["alpha"] = alpha
+    if backward is not None:
+        bargs = args[:6] + [c["dout"]] + args[6:]
+        grads = backward(*bargs)
+        for k in ("dsources", "dq", "dg", "dpartial", "dgate"):
+            if k in grads and grads[k] is not None:
+                res[k] = grads[k]
+    return res
+
+
+def run_torch(fn, c, input_dtype, meta):
+    import torch
+    dt = torch.float32
+    if input_dtype == "case":
+        dt = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[meta["dtype"]]
+
+    def leaf(a):
+        return torch.tensor(np.asarray(a, dtype=np.float32), dtype=dt, requires_grad=True)
+
+    S, q = leaf(c["sources"]), leaf(c["q"])
+    g = leaf(c["g"]) if c["gain"] else None
+    args = [S, q, g, c["H"], c["eps"], c["scale"]]
+    partial = gate = None
+    if c["delta"]:
+        partial, gate = leaf(c["partial"]), leaf(c["gate"])
+        args += [partial, gate]
+    out, alpha = split_result(fn(*args))
+    out.backward(torch.tensor(np.asarray(c["dout"], dtype=np.float32), dtype=out.dtype))
+    res = {"out": out}
+    if alpha is not None:
+        res["alpha"] = alpha
+    res["dsources"], res["dq"] = S.grad, q.grad
+    if g is not None:
+        res["dg"] = g.grad
+    if partial is not None:
+        res["dpartial"], res["dgate"] = partial.grad, gate.grad
+    for k in list(res):
+        if res[k] is None:
+            del res[k]  # an input the function never used: verify reports it missing
+    return res
+
+
+def find_toy(arg):
+    for cand in (arg, os.environ.get("MHAR_TOY"),
+                 os.path.join(HERE, "..", "build", "tools", "mhar-toy"), shutil.which("mhar-toy")):
+        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
+            return cand
+    die("mhar-toy not found (build it with scripts/build.sh, or pass --toy PATH or set MHAR_TOY)")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--impl", required=True, help="MODULE:FUNCTION (module name or path to a .py)")
+    ap.add_argument("--cases", required=True, help="directory written by `mhar-toy cases`")
+    ap.add_argument("--results", help="where to write the results (default: a temporary folder)")
+    ap.add_argument("--framework", choices=["numpy", "torch"], default="numpy")
+    ap.add_argument("--backward", help="MODULE:FUNCTION of a NumPy backward (default fn.backward)")
+    ap.add_argument("--forward-only", action="store_true", help="grade the forward only")
+    ap.add_argument("--input-dtype", choices=["float32", "case"], default="float32",
+                    help="torch: feed float32, or the case's own dtype (bf16, f16)")
+    ap.add_argument("--json", action="store_true", help="verify prints JSON")
+    ap.add_argument("--repeat", action="store_true",
+                    help="run twice and have verify check that the bits are identical")
+    ap.add_argument("--toy", help="path of mhar-toy (default: build/tools/mhar-toy, $MHAR_TOY)")
+    a = ap.parse_args(argv)
+
+    toy = find_toy(a.toy)
+    manifest_path = os.path.join(a.cases, "manifest.json")
+    try:
+        with open(manifest_path) as f:
+            manifest = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"mhar_verify: error: {manifest_path}: {e}", file=sys.stderr)
+        return 2
+    fn = load_callable(a.impl, "--impl")
+    backward = None
+    forward_only = a.forward_only
+    if a.framework == "numpy" and not forward_only:
+        backward = load_callable(a.backward, "--backward") if a.backward else getattr(fn, "backward", None)
+        if backward is None:
+            forward_only = True
+            print("mhar_verify: no backward given (--backward, or fn.backward): a forward-only "
+                  "candidate; the gradients are not checked")
+    if a.framework == "torch":
+        try:
+            import torch  # noqa: F401
+        except ImportError as e:
+            print(f"mhar_verify: error: --framework torch, but torch cannot be imported: {e}",
+                  file=sys.stderr)
+            return 4
+    results = a.results or tempfile.mkdtemp(prefix="mhar_results_")
+    runs = [results] + ([results + ".repeat"] if a.repeat else [])
+    for out_dir in runs:
+        os.makedirs(out_dir, exist_ok=True)
+        declined = failed = 0
+        for entry in manifest["cases"]:
+            try:
+                meta, t = read_safetensors(os.path.join(a.cases, entry["file"]))
+            except (OSError, ValueError, KeyError) as e:
+                die(f"case {entry['file']}: {e}")
+            c = case_inputs(meta, t)
+            target = os.path.join(out_dir, entry["file"])
+            if os.path.exists(target):
+                os.remove(target)
+            try:
+                if a.framework == "torch":
+                    res = run_torch(fn, c, a.input_dtype, meta)
+                else:
+                    res = run_numpy(fn, backward, c)
+            except Exception as e:  # noqa: BLE001: the user's code; report and go on
+                if type(e).__name__ == "NotServed":
+                    declined += 1
+                    print(f"  {entry['file']}: not served ({e}); verify will report it missing")
+                else:
+                    failed += 1
+                    last = traceback.extract_tb(e.__traceback__)[-1]
+                    print(f"  {entry['file']}: the function raised {type(e).__name__}: {e} "
+                          f"({os.path.basename(last.filename)}:{last.lineno}); no results")
+                continue
+            write_safetensors(target, {k: as_stored(v) for k, v in res.items()})
+        print(f"mhar_verify: {a.impl} ({a.framework}) on {len(manifest['cases'])} cases -> "
+              f"{out_dir} ({declined} declined, {failed} raised)")
+    cmd = [toy, "verify", "--cases", a.cases, "--results", results]
+    if forward_only:
+        cmd.append("--forward-only")
+    if a.repeat:
+        cmd += ["--repeat", runs[1]]
+    if a.json:
+        cmd.append("--json")
+    sys.stdout.flush()
+    return subprocess.call(cmd)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,277 @@
+/**
+ * @file test_verify.cpp
+ * @brief The conformance cases and the grader (tools/verify/cases.h, verify.h): the quick set
+ *        covers what it promises, case files round-trip and are validated, and the grader passes
+ *        the truth, fails what is wrong, NaN or misshapen, and never counts a missing case or
+ *        tensor as a pass. The planted mistakes are in tests/verify/CMakeLists.txt (Python).
+ */
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+
+#include "../io/temp_dir.h"
+#include "cases.h"
+#include "safetensors.h"
+#include "verify.h"
+
+using namespace mhar::verify;
+namespace fs = std::filesystem;
+using mhar::io::test::TempDir;
+
+namespace {
+
+/// Writes results for every case of `dir` into `out`: the truth itself (F64), or the float
+/// reference rounded to `as` (F32 or BF16), optionally changed by `edit`.
+void write_results(const std::string& dir, const std::string& out, const std::string& as,
+                   const std::function<void(const Case&, mhar::io::SafeTensors&)>& edit = {}) {
+  fs::create_directories(out);
+  for (const ManifestEntry& e : load_manifest(dir).cases) {
+    const Case c = load_case(dir + "/" + e.file);
+    mhar::io::SafeTensors st;
+    for (const std::string& name : all_outputs(c.conventions())) {
+      const std::vector<double> t = c.truth_of(name);
+      const std::vector<float> f(t.begin(), t.end());
+      st.tensors.emplace_back(
+          name, as == "F64"    ? mhar::io::Tensor::from_f64(c.shape_of(name), t.data())
+                : as == "BF16" ? mhar::io::Tensor::from_bf16(c.shape_of(name), f.data())
+                               : mhar::io::Tensor::from_f32(c.shape_of(name), f.data()));
+    }
+    if (edit) edit(c, st);
+    mhar::io::save_safetensors(out + "/" + e.file, st);
+  }
+}
+
+mhar::io::Tensor& tensor(mhar::io::SafeTensors& st, const std::string& name) {
+  for (auto& [n, t] : st.tensors)
+    if (n == name) return t;
+  FAIL("no tensor " << name);
+  throw;
+}
+
+const VerifyRow* row(const VerifyReport& r, const std::string& file_part, const std::string& t) {
+  for (const auto& x : r.rows)
+    if (x.file.find(file_part) != std::string::npos && x.tensor == t) return &x;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("cases: the quick set covers every convention and every awkward shape", "[verify]") {
+  const std::vector<CaseSpec> q = case_set("quick");
+  const auto any = [&](auto pred) { return std::any_of(q.begin(), q.end(), pred); };
+  CHECK(any([](const CaseSpec& s) { return s.N == 1; }));
+  CHECK(any([](const CaseSpec& s) { return s.H == 1 && s.N > 1; }));
+  CHECK(any([](const CaseSpec& s) { return s.H == s.d; }));
+  CHECK(any([](const CaseSpec& s) { return s.P == 1; }));
+  CHECK(any([](const CaseSpec& s) { return s.d % 32 != 0; }));
+  CHECK(any([](const CaseSpec& s) {
+    const int K = s.d / s.H;
+    return K > 2 && (K & (K - 1)) != 0;
+  }));
+  CHECK(any([](const CaseSpec& s) { return s.P % 2 == 1 && s.P > 32; }));
+  CHECK(any([](const CaseSpec& s) { return s.scale != 1.0; }));
+  CHECK(any([](const CaseSpec& s) { return !s.gain; }));
+  CHECK(any([](const CaseSpec& s) { return s.delta; }));
+  CHECK(any([](const CaseSpec& s) { return s.q_sd >= 3; }));
+  CHECK(any([](const CaseSpec& s) { return s.tiny_source >= 0 && s.tiny_scale <= 1e-3; }));
+  CHECK(any([](const CaseSpec& s) { return s.null_source >= 0; }));
+  CHECK(any([](const CaseSpec& s) { return s.eps != 1e-6; }));
+  std::set<std::string> ids;
+  for (const auto& s : q) CHECK(ids.insert(s.id).second);
+  CHECK_THROWS_WITH(case_set("huge"), Catch::Contains("allowed: quick, full, paper"));
+}
+
+TEST_CASE("cases: a near-zero source makes eps matter, and the peaked case is peaked", "[verify]") {
+  for (const CaseSpec& s : case_set("quick")) {
+    if (s.id == "tiny") {
+      Case c = make_case(s, DType::F32, 5);
+      CaseSpec no_eps = s;
+      no_eps.eps = 0;
+      const Case d = make_case(no_eps, DType::F32, 5);
+      CHECK(relative_error(d.truth.alpha, c.truth.alpha) > 100 * c.yardstick["alpha"]);
+    }
+    if (s.id == "peaked") {
+      const Case c = make_case(s, DType::F32, 5);
+      CHECK(*std::max_element(c.truth.alpha.begin(), c.truth.alpha.end()) > 0.99);
+    }
+  }
+}
+
+TEST_CASE("cases: files round-trip, inputs are rounded to the dtype, yardsticks are earned",
+          "[verify]") {
+  TempDir dir;
+  const Manifest m = write_cases(dir.file("."), "quick", {DType::F32, DType::BF16}, 3);
+  CHECK(m.cases.size() == 2 * case_set("quick").size());
+  CHECK(fs::exists(dir.file(".") + "/manifest.json"));
+  const Manifest back = load_manifest(dir.file("."));
+  REQUIRE(back.cases.size() == m.cases.size());
+  for (const ManifestEntry& e : back.cases) {
+    const Case c = load_case(dir.file(".") + "/" + e.file);
+    CAPTURE(e.file);
+    CHECK(c.dtype == e.dtype);
+    for (double x : c.in.sources) CHECK(static_cast<double>(round_to(c.dtype, float(x))) == x);
+    for (const std::string& name : all_outputs(c.conventions())) {
+      CAPTURE(name);
+      CHECK(c.yardstick.at(name) >= 0);
+      CHECK(c.yardstick.at(name) < (c.dtype == DType::F32 ? 1e-5 : 2e-2));
+    }
+    // The file's own metadata and dtypes, as the protocol names them.
+    const mhar::io::SafeTensors st = mhar::io::load_safetensors(dir.file(".") + "/" + e.file);
+    CHECK(st.metadata.at("format") == "mhar.cases");
+    CHECK(st.metadata.at("dtype") == dtype_name(c.dtype));
+    CHECK(st.find("sources")->dtype == (c.dtype == DType::F32 ? "F32" : "BF16"));
+    CHECK(st.find("truth.out")->dtype == "F64");
+    CHECK((st.find("g") != nullptr) == c.spec.gain);
+    CHECK((st.find("gate") != nullptr) == c.spec.delta);
+  }
+  // The bf16 yardstick of out is a bf16 one: hundreds of times the f32 one.
+  const Case f = load_case(dir.file(".") + "/" + back.cases[2].file);
+  const Case b = load_case(dir.file(".") + "/" + back.cases[3].file);
+  REQUIRE(f.spec.id == b.spec.id);
+  CHECK(b.yardstick.at("out") > 100 * f.yardstick.at("out"));
+}
+
+TEST_CASE("cases: a corrupt or foreign case file is refused by name", "[verify]") {
+  TempDir dir;
+  write_cases(dir.file("."), "quick", {DType::F32}, 0);
+  const std::string first = dir.file(".") + "/" + load_manifest(dir.file(".")).cases[0].file;
+  mhar::io::SafeTensors st = mhar::io::load_safetensors(first);
+  st.metadata["format"] = "something.else";
+  mhar::io::save_safetensors(first, st);
+  CHECK_THROWS_WITH(load_case(first), Catch::Contains("not a case file"));
+  st.metadata["format"] = "mhar.cases";
+  st.metadata["H"] = "5";
+  mhar::io::save_safetensors(first, st);
+  CHECK_THROWS_WITH(load_case(first), Catch::Contains("does not divide d"));
+  std::ofstream(first) << "garbage";
+  CHECK_THROWS_AS(load_case(first), CaseError);
+  CHECK_THROWS_WITH(load_manifest(dir.file(".") + "/nope"), Catch::Contains("no such directory"));
+  std::ofstream(dir.file(".") + "/manifest.json") << "{";
+  CHECK_THROWS_WITH(load_manifest(dir.file(".")), Catch::Contains("not valid JSON"));
+}
+
+TEST_CASE("verify: the truth passes, and the float reference in the case's dtype passes",
+          "[verify]") {
+  TempDir dir;
+  const std::string cases = dir.file(".") + "/cases";
+  write_cases(cases, "quick", {DType::F32, DType::BF16}, 0);
+  for (const char* as : {"F64", "F32"}) {
+    write_results(cases, dir.file(".") + "/" + as, as);
+    const VerifyReport r = verify_results({cases, dir.file(".") + "/" + as, "", false});
+    CAPTURE(as, format_report(r));
+    CHECK(r.ok());
+    CHECK(r.fail == 0);
+    CHECK(r.missing == 0);
+    CHECK(r.pass > 100);
+  }
+}
+
+TEST_CASE("verify: wrong, NaN, misshapen and missing results never pass", "[verify]") {
+  TempDir dir;
+  const std::string cases = dir.file(".") + "/cases", res = dir.file(".") + "/res";
+  write_cases(cases, "quick", {DType::F32}, 0);
+  const auto run = [&](const std::function<void(const Case&, mhar::io::SafeTensors&)>& edit,
+                       bool forward_only = false) {
+    fs::remove_all(res);
+    write_results(cases, res, "F32", edit);
+    return verify_results({cases, res, "", forward_only});
+  };
+  SECTION("one wrong element of dq in one case names that case and tensor") {
+    const VerifyReport r = run([](const Case& c, mhar::io::SafeTensors& st) {
+      if (c.spec.id == "oddp") reinterpret_cast<float*>(tensor(st, "dq").bytes.data())[5] *= 1.01f;
+    });
+    CHECK_FALSE(r.ok());
+    CHECK(r.fail == 1);
+    const VerifyRow* x = row(r, "oddp", "dq");
+    REQUIRE(x);
+    CHECK(x->verdict == "FAIL");
+    CHECK(x->note.find("c 5 (head 0, column 5 of 32)") != std::string::npos);
+    CHECK(format_report(r).find("first failure: case 05-oddp.f32.safetensors tensor dq") !=
+          std::string::npos);
+  }
+  SECTION("a NaN fails, even in an extra tensor") {
+    const VerifyReport r = run([](const Case& c, mhar::io::SafeTensors& st) {
+      if (c.spec.id == "h1") reinterpret_cast<float*>(tensor(st, "out").bytes.data())[0] = NAN;
+      if (c.spec.id == "hd") {
+        const float nan = NAN;
+        st.tensors.emplace_back("scratch", mhar::io::Tensor::from_f32({1}, &nan));
+      }
+    });
+    CHECK(r.fail == 2);
+    CHECK(row(r, "h1", "out")->note.find("nan at element 0") != std::string::npos);
+    CHECK(row(r, "hd", "scratch")->verdict == "FAIL");
+  }
+  SECTION("a tensor of the wrong shape fails, naming both shapes") {
+    const VerifyReport r = run([](const Case& c, mhar::io::SafeTensors& st) {
+      if (c.spec.id == "k160") tensor(st, "dsources").shape = {c.in.P, c.in.N, c.in.d};
+    });
+    CHECK(r.fail == 1);
+    CHECK(row(r, "k160", "dsources")->note == "shape [3, 4, 320], the case needs [4, 3, 320]");
+  }
+  SECTION("a missing tensor and a missing case are missing, not passes") {
+    const VerifyReport r = run([](const Case& c, mhar::io::SafeTensors& st) {
+      if (c.spec.id == "nogain")
+        st.tensors.erase(st.tensors.begin() + 2);  // out, alpha, [dsources], dq
+    });
+    fs::remove(res + "/01-n1.f32.safetensors");
+    const VerifyReport r2 = verify_results({cases, res, "", false});
+    CHECK(r.fail == 0);
+    CHECK(r.missing == 1);
+    CHECK_FALSE(r.ok());
+    CHECK(row(r, "nogain", "dsources")->verdict == "missing");
+    CHECK(r2.missing == 2);
+    CHECK(row(r2, "01-n1", "(case)")->verdict == "missing");
+    CHECK(format_report(r2).find("missing is never a pass") != std::string::npos);
+  }
+  SECTION("--forward-only grades the forward and says the gradients are not checked") {
+    const VerifyReport r = run(
+        [](const Case&, mhar::io::SafeTensors& st) {
+          std::erase_if(st.tensors, [](const auto& t) { return t.first != "out"; });
+        },
+        true);
+    CHECK(r.ok());
+    CHECK(r.not_checked > 0);
+    CHECK(format_report(r).find("--forward-only: a forward-only candidate") != std::string::npos);
+    const VerifyReport full = verify_results({cases, res, "", false});
+    CHECK_FALSE(full.ok());
+  }
+  SECTION("an unreadable results file fails by name") {
+    run({});
+    std::ofstream(res + "/02-h1.f32.safetensors") << "not safetensors";
+    const VerifyReport r = verify_results({cases, res, "", false});
+    CHECK(row(r, "02-h1", "(file)")->verdict == "FAIL");
+  }
+  SECTION("--repeat: identical bits pass, one flipped bit fails") {
+    run({});
+    const std::string res2 = dir.file(".") + "/res2";
+    write_results(cases, res2, "F32");
+    CHECK(verify_results({cases, res, res2, false}).ok());
+    fs::remove_all(res2);
+    write_results(cases, res2, "F32", [](const Case& c, mhar::io::SafeTensors& st) {
+      if (c.spec.id == "delta") tensor(st, "dgate").bytes[0] ^= 1;
+    });
+    const VerifyReport r = verify_results({cases, res, res2, false});
+    CHECK_FALSE(r.ok());
+    CHECK(row(r, "delta", "(repeat)")->note.find("dgate differs (1 elements)") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("verify: a bf16 result is held to a bf16 standard", "[verify]") {
+  TempDir dir;
+  const std::string cases = dir.file(".") + "/cases";
+  write_cases(cases, "quick", {DType::F32, DType::BF16}, 0);
+  // The truth stored as BF16: fine for the bf16 cases, far outside the f32 cases' tolerance.
+  write_results(cases, dir.file(".") + "/b", "BF16");
+  const VerifyReport r = verify_results({cases, dir.file(".") + "/b", "", false});
+  int f32_fail = 0, bf16_fail = 0;
+  for (const auto& x : r.rows) {
+    if (x.verdict != "FAIL") continue;
+    (x.file.find(".bf16.") != std::string::npos ? bf16_fail : f32_fail)++;
+  }
+  CHECK(bf16_fail == 0);
+  CHECK(f32_fail > 20);
+}
