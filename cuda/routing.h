@@ -9,7 +9,8 @@
  *
  * A plain C++ header (no CUDA types, no Eigen): g++-compiled code calls these functions with
  * DEVICE pointers (see device.h for DeviceBuffer). The kernels, their equations and their
- * versions are in cuda/routing.cu; docs/kernels.md describes each version and its cost.
+ * versions are in cuda/routing_{naive,fused,warp}.cu behind cuda/routing.cu; docs/kernels.md
+ * describes each version and its cost.
  *
  * Device layouts, all contiguous fp32:
  *   sources, dsources  N × P × d   source i at offset i·P·d, row-major P × d (element [i][p][c])

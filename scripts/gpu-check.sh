@@ -148,9 +148,9 @@ grep "mhar:" "$LOGS/configure.log" || true
 
 # Only what the steps below run: the CPU-only test programs are CI's. The build may use all the
 # time left: nothing after it can run without it.
-echo "== build mhar-toy test_cuda test_cli [$(elapsed)]"
+echo "== build mhar-toy test_cuda test_cuda_verify test_cli [$(elapsed)]"
 timeout "$(step_limit "$BUDGET")" cmake --build "$BUILD" --parallel "$JOBS" \
-  --target mhar-toy test_cuda test_cli >"$LOGS/build.log" 2>&1 \
+  --target mhar-toy test_cuda test_cuda_verify test_cli >"$LOGS/build.log" 2>&1 \
   || { tail -50 "$LOGS/build.log"; echo "gpu-check: build failed" >&2
        stop "build" "$LOGS/build.log"; }
 grep -i "warning" "$LOGS/build.log" | head -20 || true

@@ -1,7 +1,7 @@
 /**
  * @file answer_routing.cpp
- * @brief Lab 8's answer: the project's own fused kernel (cuda/routing.cu, RoutingVersion::Fused),
- *        behind the lab's signature.
+ * @brief Lab 8's answer: the project's own fused kernel (cuda/routing_fused.cu,
+ *        RoutingVersion::Fused), behind the lab's signature.
  */
 #include "cuda/routing.h"
 #include "lab8-fused-kernel/lab8.h"
