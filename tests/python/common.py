@@ -26,6 +26,21 @@ def need_torch():
         sys.path.insert(0, PYTHON_DIR)
 
 
+def start(doc):
+    """The start of every test that runs mhar-toy: argv is `TOY WORKDIR`. Checks torch (SKIP
+    without it), empties WORKDIR and returns (toy, work); on a wrong argv prints `doc` and exits
+    2."""
+    if len(sys.argv) != 3:
+        print(doc)
+        sys.exit(2)
+    need_torch()
+    import shutil
+    toy, work = sys.argv[1], sys.argv[2]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    return toy, work
+
+
 def run(cmd, cwd=None, env=None, timeout=600, expect=0):
     """Runs a command; returns (rc, stdout, stderr); fails loudly unless rc == expect (None: any)."""
     p = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True,

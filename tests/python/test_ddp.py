@@ -8,7 +8,6 @@ Usage: test_ddp.py MHAR_TOY WORKDIR
 
 import json
 import os
-import shutil
 import socket
 import sys
 import time
@@ -44,16 +43,10 @@ def params(run_dir):
 
 
 def main():
-    if len(sys.argv) != 3:
-        print(__doc__)
-        return 2
-    common.need_torch()
+    toy, work = common.start(__doc__)
     import numpy as np
     from mhar_torch.evaluate import evaluate
 
-    toy, work = sys.argv[1], sys.argv[2]
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
     env = common.torch_env(threads=1)
     env["GLOO_SOCKET_IFNAME"] = "lo"  # loopback only
     train = [sys.executable, os.path.join(common.PYTHON_DIR, "train_ddp.py")]

@@ -22,18 +22,12 @@ SHAPE = ["--mode", "delta", "--heads", "4", "--d", "16", "--layers", "2", "--n-h
 
 
 def main():
-    if len(sys.argv) != 3:
-        print(__doc__)
-        return 2
-    common.need_torch()
+    toy, work = common.start(__doc__)
     import numpy as np
     from mhar_torch import (CheckpointError, load_checkpoint, load_optimizer, save_checkpoint,
                             save_optimizer)
     from mhar_torch import safetensors_io as st
 
-    toy, work = sys.argv[1], sys.argv[2]
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
     failures = []
     run = os.path.join(work, "run")
     common.run([toy, "train", *SHAPE, "--steps", "3", "--batch", "2", "--eval-every", "3",

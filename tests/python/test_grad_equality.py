@@ -14,7 +14,6 @@ Usage: test_grad_equality.py MHAR_TOY WORKDIR
 """
 
 import os
-import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -68,18 +67,12 @@ def compare(tag, path, failures, rows):
 
 
 def main():
-    if len(sys.argv) != 3:
-        print(__doc__)
-        return 2
-    common.need_torch()
+    toy, work = common.start(__doc__)
     import numpy as np
     import torch
     from mhar_torch import MharModel
     from mhar_torch.data import Corpus, random_batch
 
-    toy, work = sys.argv[1], sys.argv[2]
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
     failures, rows = [], []
     for k, (name, flags) in enumerate(CASES):
         slug = "case%d" % k

@@ -11,7 +11,6 @@ Usage: test_train_vs_toy.py MHAR_TOY WORKDIR
 
 import json
 import os
-import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -26,15 +25,9 @@ BF16_TOL = 3e-2  # relative per step: --autocast bf16 against mhar-toy's float32
 
 
 def main():
-    if len(sys.argv) != 3:
-        print(__doc__)
-        return 2
-    common.need_torch()
+    toy, work = common.start(__doc__)
     from mhar_torch import load_checkpoint
 
-    toy, work = sys.argv[1], sys.argv[2]
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
     a, b = os.path.join(work, "mhar-toy"), os.path.join(work, "torch")
     common.run([toy, "train", *FLAGS, "--heatmap-every", "0", "--format", "svg", "--quiet",
                 "--threads", "1", "--out", a])
