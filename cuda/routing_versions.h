@@ -4,8 +4,8 @@
  * @brief Internal to cuda/routing*.cu: each kernel version's entry points, and what the
  *        versions share. Users call routing.h; this header is how its dispatch reaches a version.
  *
- * One file per version, each the same four steps (docs/design.md#routing-steps) in a different
- * thread layout:
+ * One file per version, each the same four steps (docs/design.md, anchor routing-steps) in a
+ * different thread layout:
  *   routing_naive.cu   version 1, the reference loops, one thread per output element
  *   routing_fused.cu   version 2, one team of threads per position, each source row read once
  *   routing_warp.cu    version 3, one warp per position, float4 loads, no shared memory

@@ -204,7 +204,7 @@ Params<T> convert_residual_to_delta(Config& delta_cfg, const Config& residual_cf
 
 /**
  * The one list of parameter tensors: their names, their order and which take weight decay.
- * Calls f(name, decay, a.<field>, rest.<field>...) for every tensor that `a` holds; each of
+ * Calls f(name, decay, a.FIELD, rest.FIELD...) for every tensor that `a` holds; each of
  * `rest` is a structure with the same field names (Params of another scalar type, the GPU's
  * DeviceParams) and as many layers as `a`. Params::for_each, cast_params and the GPU model's
  * pointer table all walk this list, so a new tensor is added here once.
