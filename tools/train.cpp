@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -107,8 +106,6 @@ void validate(const TrainOptions& o) {
     throw UsageError("--min-lr-ratio must be in [0, 1]");
   if (!(o.weight_decay >= 0)) throw UsageError("--weight-decay must be 0 or positive");
   if (!(o.clip >= 0)) throw UsageError("--clip must be 0 (off) or positive");
-  if (std::find(kDeviceChoices.begin(), kDeviceChoices.end(), o.device) == kDeviceChoices.end())
-    throw UsageError("--device must be auto, cpu or cuda, got '" + o.device + "'");
 }
 
 double learning_rate(const TrainOptions& o, long step) {
