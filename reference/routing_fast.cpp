@@ -9,12 +9,24 @@
  * The formulas are version 1's, step for step; their numbers (1)–(4) match routing.cpp.
  *
  * Row p of a row-major P × d matrix is d contiguous values; head h is its segment [h·K, (h+1)·K).
+ *
+ * What keeps it at memory speed rather than arithmetic speed (docs/benchmarks.md has the numbers):
+ *   - every sum over columns (RMS, logits, D, a_i) and every column tile of step (4) runs as
+ *     four independent vectors, so the multiply-adds overlap instead of waiting on each other;
+ *   - a position's N · H logits sit in one small array, padded to whole vectors, so step (3)'s
+ *     exp is one vector call per 8 values and its divisions are one per head;
+ *   - the loops read rows through raw pointers in fixed-size vector steps (Eigen's fixed-size
+ *     maps): no per-row size checks or alignment prologues.
  */
 #include "routing_fast.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 namespace mhar {
 
@@ -26,72 +38,101 @@ bool worth_threads(std::size_t N, Eigen::Index P, Eigen::Index d) {
   return static_cast<double>(N) * static_cast<double>(P) * static_cast<double>(d) >= 65536.0;
 }
 
-/// Values per partial sum: one AVX register of floats.
+int max_threads() {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+int thread_id() {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+
+/// Values per vector step: one AVX register of floats (two of doubles).
 constexpr int kLanes = 8;
 template <typename T>
 using Lanes = Eigen::Matrix<T, kLanes, 1>;
-
-// The sums below run as kLanes partial sums added at the end. A plain running sum does not
-// vectorise without -ffast-math (it fixes the order of additions); these do, and their order is
-// still fixed by the shapes alone, never by timing. One call does all heads of one row.
-
-/// Σ_{c<d} x[c] · y[c] (d = H · K), for D = ⟨dout, out⟩ per head: xy[h].
 template <typename T>
-void head_dots(const T* x, const T* y, Eigen::Index K, int H, T* xy) {
-  for (int h = 0; h < H; ++h) {
-    Lanes<T> a = Lanes<T>::Zero();
-    T tail = 0;
-    Eigen::Index c = h * K;
-    for (; c + kLanes <= (h + 1) * K; c += kLanes)
-      a += Eigen::Map<const Lanes<T>>(x + c).cwiseProduct(Eigen::Map<const Lanes<T>>(y + c));
-    for (; c < (h + 1) * K; ++c) tail += x[c] * y[c];
-    xy[h] = a.sum() + tail;
-  }
+using In = Eigen::Map<const Lanes<T>>;  // kLanes values read from memory (any alignment)
+template <typename T>
+using Out = Eigen::Map<Lanes<T>>;
+
+/// Rounds n up to a whole number of vector steps.
+std::size_t whole_lanes(std::size_t n) {
+  return (n + kLanes - 1) / kLanes * kLanes;
 }
 
-/// In one read of the row S: returns Σ_c S[c]², and sets Sw[h] = Σ_{c∈h} S[c] · w[c].
-template <typename T>
-T sumsq_and_head_dots(const T* S, const T* w, Eigen::Index K, int H, T* Sw) {
-  Lanes<T> ss = Lanes<T>::Zero();
-  T ss_tail = 0;
+/**
+ * Per-head sums over one row, in one read of x (head h = columns [h·K, (h+1)·K)):
+ *   xy[h] = Σ_{c∈h} x[c] · y[c];   if kTwo, also xw[h] = Σ_{c∈h} x[c] · w[c];
+ *   if kSquares, returns Σ_c x[c]² over the whole row (else 0).
+ * Each sum runs as four vectors of partial sums, added at the end. A plain running sum does not
+ * vectorise without -ffast-math (it fixes the order of the additions), and a single vector of
+ * partial sums waits on itself (each add needs the one before); four keep the adders busy. The
+ * order of every addition is fixed by K and H alone, never by timing or threads.
+ */
+template <typename T, bool kTwo, bool kSquares>
+T head_sums(const T* x, const T* y, const T* w, Eigen::Index K, int H, T* xy, T* xw) {
+  Lanes<T> s0 = Lanes<T>::Zero(), s1 = s0, s2 = s0, s3 = s0;  // Σ x², over all heads
+  T s_tail = 0;
   for (int h = 0; h < H; ++h) {
-    Lanes<T> a = Lanes<T>::Zero();
-    T tail = 0;
+    Lanes<T> a0 = Lanes<T>::Zero(), a1 = a0, a2 = a0, a3 = a0;
+    Lanes<T> b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    T a_tail = 0, b_tail = 0;
     Eigen::Index c = h * K;
-    for (; c + kLanes <= (h + 1) * K; c += kLanes) {
-      const Eigen::Map<const Lanes<T>> x(S + c);
-      ss += x.cwiseProduct(x);
-      a += x.cwiseProduct(Eigen::Map<const Lanes<T>>(w + c));
+    const Eigen::Index end = c + K;
+    for (; c + 4 * kLanes <= end; c += 4 * kLanes) {
+      const In<T> x0(x + c), x1(x + c + kLanes), x2(x + c + 2 * kLanes), x3(x + c + 3 * kLanes);
+      a0 += x0.cwiseProduct(In<T>(y + c));
+      a1 += x1.cwiseProduct(In<T>(y + c + kLanes));
+      a2 += x2.cwiseProduct(In<T>(y + c + 2 * kLanes));
+      a3 += x3.cwiseProduct(In<T>(y + c + 3 * kLanes));
+      if constexpr (kTwo) {
+        b0 += x0.cwiseProduct(In<T>(w + c));
+        b1 += x1.cwiseProduct(In<T>(w + c + kLanes));
+        b2 += x2.cwiseProduct(In<T>(w + c + 2 * kLanes));
+        b3 += x3.cwiseProduct(In<T>(w + c + 3 * kLanes));
+      }
+      if constexpr (kSquares) {
+        s0 += x0.cwiseProduct(x0);
+        s1 += x1.cwiseProduct(x1);
+        s2 += x2.cwiseProduct(x2);
+        s3 += x3.cwiseProduct(x3);
+      }
     }
-    for (; c < (h + 1) * K; ++c) {
-      ss_tail += S[c] * S[c];
-      tail += S[c] * w[c];
+    for (; c + kLanes <= end; c += kLanes) {
+      const In<T> x0(x + c);
+      a0 += x0.cwiseProduct(In<T>(y + c));
+      if constexpr (kTwo) b0 += x0.cwiseProduct(In<T>(w + c));
+      if constexpr (kSquares) s0 += x0.cwiseProduct(x0);
     }
-    Sw[h] = a.sum() + tail;
+    for (; c < end; ++c) {
+      a_tail += x[c] * y[c];
+      if constexpr (kTwo) b_tail += x[c] * w[c];
+      if constexpr (kSquares) s_tail += x[c] * x[c];
+    }
+    xy[h] = ((a0 + a1) + (a2 + a3)).sum() + a_tail;
+    if constexpr (kTwo) xw[h] = ((b0 + b1) + (b2 + b3)).sum() + b_tail;
   }
-  return ss.sum() + ss_tail;
+  return kSquares ? ((s0 + s1) + (s2 + s3)).sum() + s_tail : T(0);
 }
 
-/// In one read of the row S: Sy[h] = Σ_{c∈h} S[c] · y[c] and Sw[h] = Σ_{c∈h} S[c] · w[c].
+/// Per-thread scratch, allocated before the parallel loop (so a failed allocation is an
+/// ordinary exception, not a crash inside an OpenMP region): n values for each thread, n a
+/// whole number of vector steps.
 template <typename T>
-void head_dots2(const T* S, const T* y, const T* w, Eigen::Index K, int H, T* Sy, T* Sw) {
-  for (int h = 0; h < H; ++h) {
-    Lanes<T> a = Lanes<T>::Zero(), b = Lanes<T>::Zero();
-    T ta = 0, tb = 0;
-    Eigen::Index c = h * K;
-    for (; c + kLanes <= (h + 1) * K; c += kLanes) {
-      const Eigen::Map<const Lanes<T>> x(S + c);
-      a += x.cwiseProduct(Eigen::Map<const Lanes<T>>(y + c));
-      b += x.cwiseProduct(Eigen::Map<const Lanes<T>>(w + c));
-    }
-    for (; c < (h + 1) * K; ++c) {
-      ta += S[c] * y[c];
-      tb += S[c] * w[c];
-    }
-    Sy[h] = a.sum() + ta;
-    Sw[h] = b.sum() + tb;
-  }
-}
+struct Scratch {
+  std::vector<T> values;
+  std::size_t n;
+  explicit Scratch(std::size_t n_per_thread)
+      : values(whole_lanes(n_per_thread) * max_threads()), n(whole_lanes(n_per_thread)) {}
+  T* mine() { return values.data() + n * thread_id(); }
+};
 
 }  // namespace
 
@@ -112,47 +153,83 @@ void routing_forward_fast(Mat<T>& out, RoutingSaved<T>& saved, std::span<const M
   }
   out.resize(P, d);
   const Eigen::Index blocks = (P + kRoutingBlock - 1) / kRoutingBlock;
+  const std::size_t NH = N * static_cast<std::size_t>(H);
+  // One position's z_i[h], then α_i[h], at w[i·H + h]; the N·H values are padded with zeros to a
+  // whole number of vector steps, so the exp of step (3) runs as vectors only.
+  Scratch<T> scratch(NH);
 
-#pragma omp parallel for schedule(static) if (worth_threads(N, P, d))
-  for (Eigen::Index b = 0; b < blocks; ++b) {
-    Mat<T> w(H, N);  // z_i[h], then α_i[h], of one position: H × N (a head's N values in a row)
-    Vec<T> kp(H);
-    const Eigen::Index p_end = std::min(P, (b + 1) * kRoutingBlock);
-    for (Eigen::Index p = b * kRoutingBlock; p < p_end; ++p) {
-      // The one read of each source row from memory: steps (1) and (2).
-      for (std::size_t i = 0; i < N; ++i) {
-        // kp[h] = Σ_{c∈h} S_i[c] · (q ⊙ g)_c, and Σ_c S_i[c]², in one read of the row
-        const T ss = sumsq_and_head_dots(sources[i].row(p).data(), qg.data(), K, H, kp.data());
-        // (1) r_i = 1 / sqrt( mean_c S_i² + eps )
-        const T r = T(1) / std::sqrt(ss / T(d) + T(kRoutingEps));
-        saved.rinv[i](p) = r;
-        // (2) z_i[h] = r_i · Σ_{c∈h} S_i[c] · (q ⊙ g)_c
-        w.col(i) = r * kp;
-      }
-      // (3) α_i[h] = exp(z_i[h] − m[h]) / Σ_j exp(z_j[h] − m[h]),  m[h] = max_j z_j[h]
-      for (int h = 0; h < H; ++h) {
-        auto zh = w.row(h);
-        zh = (zh.array() - zh.maxCoeff()).exp().matrix();
-        zh /= zh.sum();
-      }
-      // (4) out[p, c] = Σ_i α_i[h(c)] · S_i[p, c]   (the rows are still in cache)
-      // In tiles of kLanes columns of one head, summed over i in registers, stored once.
-      T* o = out.row(p).data();
-      for (int h = 0; h < H; ++h) {
-        Eigen::Index c = h * K;
-        for (; c + kLanes <= (h + 1) * K; c += kLanes) {
-          Lanes<T> acc = Lanes<T>::Zero();
-          for (std::size_t i = 0; i < N; ++i)
-            acc += w(h, i) * Eigen::Map<const Lanes<T>>(sources[i].row(p).data() + c);
-          Eigen::Map<Lanes<T>>(o + c) = acc;
+#pragma omp parallel if (worth_threads(N, P, d))
+  {
+    T* w = scratch.mine();
+    std::fill(w, w + scratch.n, T(0));
+#pragma omp for schedule(static)
+    for (Eigen::Index b = 0; b < blocks; ++b) {
+      const Eigen::Index p_end = std::min(P, (b + 1) * kRoutingBlock);
+      for (Eigen::Index p = b * kRoutingBlock; p < p_end; ++p) {
+        // The one read of each source row from memory: steps (1) and (2).
+        for (std::size_t i = 0; i < N; ++i) {
+          const T* S = sources[i].data() + p * d;  // row p of S_i
+          T* z = w + i * H;
+          // kp[h] = Σ_{c∈h} S_i[c] · (q ⊙ g)_c into z[h], and Σ_c S_i[c]², in one read
+          const T ss = head_sums<T, false, true>(S, qg.data(), nullptr, K, H, z, nullptr);
+          // (1) r_i = 1 / sqrt( mean_c S_i² + eps )
+          const T r = T(1) / std::sqrt(ss / T(d) + T(kRoutingEps));
+          saved.rinv[i].data()[p] = r;
+          // (2) z_i[h] = r_i · kp[h]
+          for (int h = 0; h < H; ++h) z[h] *= r;
         }
-        for (; c < (h + 1) * K; ++c) {
-          T acc = 0;
-          for (std::size_t i = 0; i < N; ++i) acc += w(h, i) * sources[i](p, c);
-          o[c] = acc;
+        // (3) α_i[h] = exp(z_i[h] − m[h]) / Σ_j exp(z_j[h] − m[h]),  m[h] = max_j z_j[h]
+        for (int h = 0; h < H; ++h) {
+          T m = w[h];
+          for (std::size_t i = 1; i < N; ++i) m = std::max(m, w[i * H + h]);
+          for (std::size_t i = 0; i < N; ++i) w[i * H + h] -= m;
+        }
+        for (std::size_t k = 0; k < scratch.n; k += kLanes)  // the padding gives exp(0) = 1
+          Out<T>(w + k) = In<T>(w + k).array().exp().matrix();
+        for (int h = 0; h < H; ++h) {
+          T sum = 0;
+          for (std::size_t i = 0; i < N; ++i) sum += w[i * H + h];
+          const T inv = T(1) / sum;
+          for (std::size_t i = 0; i < N; ++i) w[i * H + h] *= inv;
+        }
+        for (std::size_t i = 0; i < N; ++i)
+          std::copy_n(w + i * H, H, saved.alpha[i].data() + p * H);
+        for (std::size_t k = NH; k < scratch.n; ++k) w[k] = 0;  // padding back to exp's zeros
+        // (4) out[p, c] = Σ_i α_i[h(c)] · S_i[p, c]   (the rows are still in cache)
+        // Column tiles of one head, summed over i in registers, stored once.
+        T* o = out.data() + p * d;
+        for (int h = 0; h < H; ++h) {
+          Eigen::Index c = h * K;
+          const Eigen::Index end = c + K;
+          for (; c + 4 * kLanes <= end; c += 4 * kLanes) {
+            // four independent sums, so each source's multiply-adds need not wait on the last
+            Lanes<T> acc0 = Lanes<T>::Zero(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+            for (std::size_t i = 0; i < N; ++i) {
+              const T* S = sources[i].data() + p * d + c;
+              const T a = w[i * H + h];
+              acc0 += a * In<T>(S);
+              acc1 += a * In<T>(S + kLanes);
+              acc2 += a * In<T>(S + 2 * kLanes);
+              acc3 += a * In<T>(S + 3 * kLanes);
+            }
+            Out<T>(o + c) = acc0;
+            Out<T>(o + c + kLanes) = acc1;
+            Out<T>(o + c + 2 * kLanes) = acc2;
+            Out<T>(o + c + 3 * kLanes) = acc3;
+          }
+          for (; c + kLanes <= end; c += kLanes) {
+            Lanes<T> acc = Lanes<T>::Zero();
+            for (std::size_t i = 0; i < N; ++i)
+              acc += w[i * H + h] * In<T>(sources[i].data() + p * d + c);
+            Out<T>(o + c) = acc;
+          }
+          for (; c < end; ++c) {
+            T acc = 0;
+            for (std::size_t i = 0; i < N; ++i) acc += w[i * H + h] * sources[i].data()[p * d + c];
+            o[c] = acc;
+          }
         }
       }
-      for (std::size_t i = 0; i < N; ++i) saved.alpha[i].row(p) = w.col(i).transpose();
     }
   }
 }
@@ -173,45 +250,56 @@ void routing_backward_fast(std::span<Mat<T>> dsources, Eigen::Ref<RowVec<T>> dq,
   const Eigen::Index blocks = (P + kRoutingBlock - 1) / kRoutingBlock;
   // Row b: Σ over block b's positions and all sources of dzr_i[h(c)] · S_i[p, c], where
   // dzr = r_i · dz_i; dq and dg are this times g and q (from (2)). blocks × d.
-  Mat<T> partial(blocks, d);
+  Mat<T> partial = Mat<T>::Zero(blocks, d);
+  Scratch<T> scratch(4 * static_cast<std::size_t>(H));  // D[h], a[h], kp[h], dzr[h]
 
-#pragma omp parallel for schedule(static) if (worth_threads(N, P, d))
-  for (Eigen::Index b = 0; b < blocks; ++b) {
-    RowVec<T> D(H), dzr(H), a(H), kp(H);
-    auto acc = partial.row(b);
-    acc.setZero();
-    const Eigen::Index p_end = std::min(P, (b + 1) * kRoutingBlock);
-    for (Eigen::Index p = b * kRoutingBlock; p < p_end; ++p) {
-      const T* dO = dout.row(p).data();
-      const T* O = out.row(p).data();
-      // D[h] = Σ_{c∈h} dout ⊙ out   (= Σ_j α_j[h] · a_j[h])
-      head_dots(dO, O, K, H, D.data());
-      for (std::size_t i = 0; i < N; ++i) {
-        const T* S = sources[i].row(p).data();
-        const auto alpha = saved.alpha[i].row(p);
-        const T r = saved.rinv[i](p);
-        // First read of S_i's row. Per head:
-        //   from (4): a_i[h] = Σ_{c∈h} dout ⊙ S_i;  from (3): dz_i = α_i ⊙ (a_i − D)
-        //   from (2), (1): Σ_c u_i S_i = Σ_h dz_i[h] · kp_i[h],  kp_i[h] = Σ_{c∈h} q_c g_c S_i[c]
-        head_dots2(S, dO, qg.data(), K, H, a.data(), kp.data());
-        T uS = 0;
-        for (int h = 0; h < H; ++h) {
-          const T dz = alpha(h) * (a(h) - D(h));
-          dzr(h) = r * dz;
-          uS += dz * kp(h);
-        }
-        // from (1): the RMS path's coefficient (r_i³ / d) · Σ_c u_i S_i
-        const T coef = r * r * r * uS / T(d);
-        // Second read of S_i's row (from cache):
-        //   dS_i += α_i[h(c)] · dout + r_i · u_i − coef · S_i   (value path, key path, RMS)
-        //   dq, dg partial += dzr[h(c)] · S_i[c]
-        T* dS = dsources[i].row(p).data();
-        T* A = acc.data();
-        for (int h = 0; h < H; ++h) {
-          const T al = alpha(h), zr = dzr(h);
-          for (Eigen::Index c = h * K; c < (h + 1) * K; ++c) {
-            dS[c] += al * dO[c] + zr * qg(c) - coef * S[c];
-            A[c] += zr * S[c];
+#pragma omp parallel if (worth_threads(N, P, d))
+  {
+    T* D = scratch.mine();
+    T* a = D + H;
+    T* kp = a + H;
+    T* dzr = kp + H;
+#pragma omp for schedule(static)
+    for (Eigen::Index b = 0; b < blocks; ++b) {
+      T* A = partial.data() + b * d;
+      const Eigen::Index p_end = std::min(P, (b + 1) * kRoutingBlock);
+      for (Eigen::Index p = b * kRoutingBlock; p < p_end; ++p) {
+        const T* dO = dout.data() + p * d;
+        // D[h] = Σ_{c∈h} dout ⊙ out   (= Σ_j α_j[h] · a_j[h])
+        head_sums<T, false, false>(dO, out.data() + p * d, nullptr, K, H, D, nullptr);
+        for (std::size_t i = 0; i < N; ++i) {
+          const T* S = sources[i].data() + p * d;
+          const T* alpha = saved.alpha[i].data() + p * H;
+          const T r = saved.rinv[i].data()[p];
+          // First read of S_i's row. Per head:
+          //   from (4): a_i[h] = Σ_{c∈h} dout ⊙ S_i;  from (3): dz_i = α_i ⊙ (a_i − D)
+          //   from (2), (1): Σ_c u_i S_i = Σ_h dz_i[h] · kp_i[h],  kp_i[h] = Σ_{c∈h} q_c g_c S_i[c]
+          head_sums<T, true, false>(S, dO, qg.data(), K, H, a, kp);
+          T uS = 0;
+          for (int h = 0; h < H; ++h) {
+            const T dz = alpha[h] * (a[h] - D[h]);
+            dzr[h] = r * dz;
+            uS += dz * kp[h];
+          }
+          // from (1): the RMS path's coefficient (r_i³ / d) · Σ_c u_i S_i
+          const T coef = r * r * r * uS / T(d);
+          // Second read of S_i's row (from cache):
+          //   dS_i += α_i[h(c)] · dout + r_i · u_i − coef · S_i   (value path, key path, RMS)
+          //   dq, dg partial += dzr[h(c)] · S_i[c]
+          T* dS = dsources[i].data() + p * d;
+          for (int h = 0; h < H; ++h) {
+            const T al = alpha[h], zr = dzr[h];
+            Eigen::Index c = h * K;
+            const Eigen::Index end = c + K;
+            for (; c + kLanes <= end; c += kLanes) {
+              const In<T> x(S + c);
+              Out<T>(dS + c) += al * In<T>(dO + c) + zr * In<T>(qg.data() + c) - coef * x;
+              Out<T>(A + c) += zr * x;
+            }
+            for (; c < end; ++c) {
+              dS[c] += al * dO[c] + zr * qg(c) - coef * S[c];
+              A[c] += zr * S[c];
+            }
           }
         }
       }

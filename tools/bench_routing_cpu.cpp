@@ -20,18 +20,22 @@ namespace mhar::toy {
 
 namespace {
 
-/// The fastest of `repeats` timed calls after one warm-up. On a shared machine other processes
-/// only ever add time, so the fastest call is the closest to what the code itself costs.
-double best_ms(const std::function<void()>& f, int repeats) {
-  f();  // warm-up: page faults, caches
-  std::vector<double> ms;
-  for (int r = 0; r < repeats; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    ms.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return *std::min_element(ms.begin(), ms.end());
+/// The fastest of `repeats` timed calls of each f, after one warm-up call each, in rounds
+/// (f0, f1, …, f0, f1, …) so a change in the machine's load reaches all of them alike. On a
+/// shared machine other processes only ever add time (this one's L3 cache is shared with other
+/// machines' cores), so the fastest call is the closest to what the code itself costs.
+std::vector<double> best_ms(const std::vector<std::function<void()>>& fs, int repeats) {
+  for (const auto& f : fs) f();  // warm-up: page faults, caches
+  std::vector<double> best(fs.size(), 1e300);
+  for (int r = 0; r < repeats; ++r)
+    for (std::size_t k = 0; k < fs.size(); ++k) {
+      const auto t0 = std::chrono::steady_clock::now();
+      fs[k]();
+      best[k] = std::min(
+          best[k],
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+  return best;
 }
 
 /// dst = src, split into one contiguous piece per thread (memcpy within each).
@@ -86,26 +90,23 @@ std::vector<CpuRoutingRow> bench_routing_cpu(int N, int P, int d, int H, int rep
 #ifdef _OPENMP
     omp_set_num_threads(t);
 #endif
-    const double copy_ms = best_ms([&] { copy_loop(dst.data(), src.data(), n); }, repeats);
-    const double copy_gbps = 8.0 * double(n) / (copy_ms * 1e6);
-    auto add = [&](const std::string& op, const std::string& version, double ms, double bytes) {
-      const double gbps = bytes / (ms * 1e6);
-      rows.push_back({op, version, t, ms, bytes, gbps, 100.0 * gbps / copy_gbps});
+    const std::vector<double> ms = best_ms(
+        {[&] { copy_loop(dst.data(), src.data(), n); },
+         [&] { routing_forward<float>(out, saved, S, q, g, H); },
+         [&] { routing_forward_fast<float>(out, saved, S, q, g, H); },
+         [&] { routing_backward<float>(dsources, dq, dg, dout, out, saved, S, q, g, H); },
+         [&] { routing_backward_fast<float>(dsources, dq, dg, dout, out, saved, S, q, g, H); }},
+        repeats);
+    const double copy_gbps = 8.0 * double(n) / (ms[0] * 1e6);
+    auto add = [&](const std::string& op, const std::string& version, double t_ms, double bytes) {
+      const double gbps = bytes / (t_ms * 1e6);
+      rows.push_back({op, version, t, t_ms, bytes, gbps, 100.0 * gbps / copy_gbps});
     };
-    add("copy", "-", copy_ms, 8.0 * double(n));
-    add("forward", "1 ref",
-        best_ms([&] { routing_forward<float>(out, saved, S, q, g, H); }, repeats), fwd_bytes);
-    add("forward", "2 fast",
-        best_ms([&] { routing_forward_fast<float>(out, saved, S, q, g, H); }, repeats), fwd_bytes);
-    add("backward", "1 ref",
-        best_ms([&] { routing_backward<float>(dsources, dq, dg, dout, out, saved, S, q, g, H); },
-                repeats),
-        bwd_bytes);
-    add("backward", "2 fast",
-        best_ms(
-            [&] { routing_backward_fast<float>(dsources, dq, dg, dout, out, saved, S, q, g, H); },
-            repeats),
-        bwd_bytes);
+    add("copy", "-", ms[0], 8.0 * double(n));
+    add("forward", "1 ref", ms[1], fwd_bytes);
+    add("forward", "2 fast", ms[2], fwd_bytes);
+    add("backward", "1 ref", ms[3], bwd_bytes);
+    add("backward", "2 fast", ms[4], bwd_bytes);
   }
   return rows;
 }

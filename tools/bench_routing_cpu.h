@@ -36,9 +36,9 @@ double cpu_routing_forward_bytes(int N, int P, int d, int H);
 double cpu_routing_backward_bytes(int N, int P, int d, int H);
 
 /**
- * @brief For each thread count in `threads`: times the copy loop, then both versions' forward
- *        and backward in float on random inputs; one warm-up call, then the fastest of `repeats`
- * (other processes only add time).
+ * @brief For each thread count in `threads`: times the copy loop and both versions' forward
+ *        and backward in float on random inputs, interleaved in rounds; one warm-up call each,
+ *        then the fastest of `repeats` rounds (other processes only add time).
  *
  * Needs about 4·N·P·d floats of memory. Throws ShapeError on bad shapes (H not dividing d).
  */

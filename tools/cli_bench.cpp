@@ -292,7 +292,8 @@ void bench_routing_cpu_table(int N, int P, int d, int H, int repeats, int thread
   if (all > 1) counts.push_back(all);
   for (const Shape& sh : shapes) {
     fmt::print(
-        "CPU routing, {} shape: N={} P={} d={} H={}, float, fastest of {} (bytes: "
+        "CPU routing, {} shape: N={} P={} d={} H={}, float, fastest of {} interleaved rounds "
+        "(bytes: "
         "docs/kernels.md)\n",
         sh.name, sh.N, sh.P, sh.d, sh.H, repeats);
     fmt::print("{:<10} {:<8} {:>7} {:>10} {:>10} {:>8} {:>8}\n", "op", "version", "threads", "ms",
