@@ -4,17 +4,21 @@
  *
  * decode_step follows model.cpp's forward_hidden line by line, with P = 1 row (the new position
  * t). Two things differ, both in attention:
- *   - RoPE rotates the single row by its own position t (rope_forward_at), not by row mod T;
+ *   - RoPE rotates the single row by its own position t (rope_forward_at, with the angles from
+ *     the state's table, made once), not by row mod T;
  *   - the row's k and v are written into the state at row t, and its q attends over rows 0 … t
  *     of the state: the causal row t of attention_forward, scores = q_h · k_hᵀ / √hd, softmax,
  *     times v_h.
  * Everything else (embedding, routing at every site, RMSNorm, W_o, MLP, final read, LM head) is
- * the same per-position function as in the batched forward, applied to one row; routing reads
- * only this position's own sources, so nothing of it is kept between steps.
+ * the same per-position function as in the batched forward, applied to one row (routing by
+ * version 2, routing_fast.h, as model.cpp does); routing reads only this position's own
+ * sources, so nothing of it is kept between steps.
  */
 #include "decode.h"
 
 #include <cmath>
+
+#include "routing_fast.h"
 
 namespace mhar {
 
@@ -29,6 +33,7 @@ DecodeState<T> decode_start(const Config& cfg) {
   const int kv = cfg.n_kv_head * cfg.head_dim();
   s.k.assign(cfg.L, Mat<T>::Zero(cfg.T, kv));
   s.v.assign(cfg.L, Mat<T>::Zero(cfg.T, kv));
+  s.rope = rope_table<T>(cfg.T, cfg.head_dim());
   return s;
 }
 
@@ -43,7 +48,12 @@ Mat<T> decode_prefill(const Config& cfg, const Params<T>& p, DecodeState<T>& sta
   c.T = n;
   Cache<T> cache;
   Mat<T> logits = model_logits<T>(c, p, tokens, 1, &cache);
-  state = decode_start<T>(cfg);
+  // A fresh state; a state made for this config keeps its RoPE table (a window slide reuses it).
+  RopeTable<T> rope = std::move(state.rope);
+  const bool rope_fits = rope.cos.rows() == cfg.T && rope.cos.cols() == cfg.head_dim() / 2;
+  state.k.assign(cfg.L, Mat<T>::Zero(cfg.T, cfg.n_kv_head * cfg.head_dim()));
+  state.v.assign(cfg.L, Mat<T>::Zero(cfg.T, cfg.n_kv_head * cfg.head_dim()));
+  state.rope = rope_fits ? std::move(rope) : rope_table<T>(cfg.T, cfg.head_dim());
   for (int l = 0; l < cfg.L; ++l) {
     state.k[l].topRows(n) = cache.k[l];  // after RoPE
     state.v[l].topRows(n) = cache.v[l];
@@ -122,11 +132,11 @@ RowVec<T> decode_step(const Config& cfg, const Params<T>& p, DecodeState<T>& sta
   auto route_site = [&](int s) {
     Mat<T> out;
     if (cfg.mode == Mode::AttnRes || cfg.mode == Mode::Mhar)
-      routing_forward<T>(out, saved, std::span<const Mat<T>>(prims.data(), s + 1), p.route_q.row(s),
-                         p.route_g.row(s), H);  // [E, out_0 … out_{s−1}]
+      routing_forward_fast<T>(out, saved, std::span<const Mat<T>>(prims.data(), s + 1),
+                              p.route_q.row(s), p.route_g.row(s), H);  // [E, out_0 … out_{s−1}]
     else {
       const std::vector<Mat<T>> sources = gather_row_sources(cfg, s, prims, p);  // grouped
-      routing_forward<T>(out, saved, sources, p.route_q.row(s), p.route_g.row(s), H);
+      routing_forward_fast<T>(out, saved, sources, p.route_q.row(s), p.route_g.row(s), H);
     }
     return out;
   };
@@ -159,8 +169,8 @@ RowVec<T> decode_step(const Config& cfg, const Params<T>& p, DecodeState<T>& sta
       linear_forward(q, normed, y.wq);
       linear_forward(k, normed, y.wk);
       linear_forward(v, normed, y.wv);
-      rope_forward_at(q_rot, q, t, cfg.n_head);
-      rope_forward_at(k_rot, k, t, cfg.n_kv_head);
+      rope_forward_at(q_rot, q, t, cfg.n_head, state.rope);
+      rope_forward_at(k_rot, k, t, cfg.n_kv_head, state.rope);
       state.k[l].row(t) = k_rot.row(0);
       state.v[l].row(t) = v.row(0);
       const Mat<T> attn = attend_row(q_rot, state.k[l], state.v[l], t, cfg.n_head, cfg.n_kv_head);

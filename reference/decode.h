@@ -47,12 +47,16 @@ template <typename T>
 struct DecodeState {
   int n = 0;                 ///< positions held; the next byte goes to position n (< T)
   std::vector<Mat<T>> k, v;  ///< per layer: T × (n_kv_head·hd); rows [0, n) are filled
+  /// RoPE's cos and sin for positions 0 … T − 1, made once by decode_start so a step needs no
+  /// pow or sincos. A constant of the config (T × hd/2 twice), not a memory of past positions,
+  /// so it is not counted in decode_state_scalars.
+  RopeTable<T> rope;
 };
 
 /// Scalars the state holds when full: 2 · L · T · n_kv_head · hd (the same in every mode).
 long decode_state_scalars(const Config& cfg);
 
-/// An empty state (n = 0) with room for T positions.
+/// An empty state (n = 0) with room for T positions, and its RoPE table.
 template <typename T>
 DecodeState<T> decode_start(const Config& cfg);
 

@@ -58,38 +58,59 @@ void linear_backward(Mat<T>& dx, Mat<T>& dW, const Mat<T>& dy, const Mat<T>& x, 
 
 namespace {
 
-/// Rotates each pair (i, i + hd/2) of every head by sign · t · θ^(−2i/hd), where row p is at
-/// position t = first + p mod T_len.
+/// The angles sign · (first + t) · θ^(−2i/hd) of positions t < T_len, as cos and sin tables.
 template <typename T>
-void rope_rotate(Mat<T>& y, const Mat<T>& x, int T_len, int n_heads, double sign, int first = 0) {
-  require(T_len >= 1 && n_heads >= 1, "rope", "T and the head count must be positive");
-  require(x.cols() % n_heads == 0, "rope", "width ", x.cols(), " is not a multiple of ", n_heads,
-          " heads");
-  const int hd = static_cast<int>(x.cols()) / n_heads;
-  require(hd % 2 == 0, "rope", "head width ", hd, " must be even (rotate-half pairs i, i + hd/2)");
-  require(x.rows() % T_len == 0, "rope", x.rows(),
-          " rows are not a whole number of sequences of T = ", T_len);
+RopeTable<T> rope_angles(int T_len, int hd, double sign, int first) {
   const int half = hd / 2;
-  // The rotation of pair i at position t: angle sign · t · θ^(−2i/hd), tabulated once per call.
-  Mat<T> cos_t(T_len, half), sin_t(T_len, half);
+  RopeTable<T> tab{Mat<T>(T_len, half), Mat<T>(T_len, half)};
   for (int t = 0; t < T_len; ++t)
     for (int i = 0; i < half; ++i) {
       const double angle = sign * (first + t) * std::pow(kRopeTheta, -2.0 * i / hd);
-      cos_t(t, i) = static_cast<T>(std::cos(angle));
-      sin_t(t, i) = static_cast<T>(std::sin(angle));
+      tab.cos(t, i) = static_cast<T>(std::cos(angle));
+      tab.sin(t, i) = static_cast<T>(std::sin(angle));
     }
+  return tab;
+}
+
+/// Checks x for RoPE over n_heads heads and returns the head width hd.
+int rope_head_width(const Eigen::Index cols, int n_heads) {
+  require(n_heads >= 1, "rope", "the head count must be positive");
+  require(cols % n_heads == 0, "rope", "width ", cols, " is not a multiple of ", n_heads, " heads");
+  const int hd = static_cast<int>(cols) / n_heads;
+  require(hd % 2 == 0, "rope", "head width ", hd, " must be even (rotate-half pairs i, i + hd/2)");
+  return hd;
+}
+
+/// Rotates each pair (i, i + hd/2) of every head of row p by the angles in row
+/// first_row + p mod T_len of the table.
+template <typename T>
+void rope_apply(Mat<T>& y, const Mat<T>& x, const RopeTable<T>& tab, int T_len, int n_heads,
+                int first_row) {
+  const int hd = static_cast<int>(x.cols()) / n_heads, half = hd / 2;
   y.resize(x.rows(), x.cols());
   for (Eigen::Index p = 0; p < x.rows(); ++p) {
-    const auto t = p % T_len;
+    const auto t = first_row + p % T_len;
     for (int h = 0; h < n_heads; ++h) {
       // [y_a, y_b] = [x_a cos − x_b sin,  x_a sin + x_b cos],  a = h·hd + i,  b = a + hd/2
       const auto xa = x.row(p).segment(h * hd, half).array();
       const auto xb = x.row(p).segment(h * hd + half, half).array();
-      const auto c = cos_t.row(t).array(), s = sin_t.row(t).array();
+      const auto c = tab.cos.row(t).array(), s = tab.sin.row(t).array();
       y.row(p).segment(h * hd, half) = (xa * c - xb * s).matrix();
       y.row(p).segment(h * hd + half, half) = (xa * s + xb * c).matrix();
     }
   }
+}
+
+/// Rotates each pair (i, i + hd/2) of every head by sign · t · θ^(−2i/hd), where row p is at
+/// position t = first + p mod T_len.
+template <typename T>
+void rope_rotate(Mat<T>& y, const Mat<T>& x, int T_len, int n_heads, double sign, int first = 0) {
+  require(T_len >= 1, "rope", "T must be positive");
+  const int hd = rope_head_width(x.cols(), n_heads);
+  require(x.rows() % T_len == 0, "rope", x.rows(),
+          " rows are not a whole number of sequences of T = ", T_len);
+  // The rotation of pair i at position t: angle sign · t · θ^(−2i/hd), tabulated once per call.
+  rope_apply(y, x, rope_angles<T>(T_len, hd, sign, first), T_len, n_heads, 0);
 }
 
 }  // namespace
@@ -105,6 +126,27 @@ void rope_forward_at(Mat<T>& y, const Mat<T>& x, int first, int n_heads) {
   require(x.rows() >= 1, "rope", "needs at least one row");
   // one sequence of x.rows() positions, the first at position `first`
   rope_rotate(y, x, static_cast<int>(x.rows()), n_heads, +1.0, first);
+}
+
+template <typename T>
+RopeTable<T> rope_table(int T_len, int hd) {
+  require(T_len >= 1 && hd >= 2 && hd % 2 == 0, "rope",
+          "a table needs T >= 1 and an even head "
+          "width, got T = ",
+          T_len, ", hd = ", hd);
+  return rope_angles<T>(T_len, hd, +1.0, 0);
+}
+
+template <typename T>
+void rope_forward_at(Mat<T>& y, const Mat<T>& x, int first, int n_heads,
+                     const RopeTable<T>& table) {
+  const int hd = rope_head_width(x.cols(), n_heads);
+  require(table.cos.cols() == hd / 2, "rope", "the table is for head width ", 2 * table.cos.cols(),
+          ", not ", hd);
+  require(first >= 0 && first + x.rows() <= table.cos.rows(), "rope", "positions ", first, " … ",
+          first + x.rows() - 1, " are not all in the table's 0 … ", table.cos.rows() - 1);
+  // one sequence of x.rows() positions, the first at position `first`: rows first … of the table
+  rope_apply(y, x, table, static_cast<int>(x.rows()), n_heads, first);
 }
 
 template <typename T>
@@ -301,6 +343,8 @@ void cross_entropy_backward(Mat<T>& dlogits, const Mat<T>& probs, const std::vec
   template void linear_backward<T>(Mat<T>&, Mat<T>&, const Mat<T>&, const Mat<T>&, const Mat<T>&); \
   template void rope_forward<T>(Mat<T>&, const Mat<T>&, int, int);                                 \
   template void rope_forward_at<T>(Mat<T>&, const Mat<T>&, int, int);                              \
+  template RopeTable<T> rope_table<T>(int, int);                                                   \
+  template void rope_forward_at<T>(Mat<T>&, const Mat<T>&, int, int, const RopeTable<T>&);         \
   template void rope_backward<T>(Mat<T>&, const Mat<T>&, int, int);                                \
   template void attention_forward<T>(Mat<T>&, std::vector<Mat<T>>&, const Mat<T>&, const Mat<T>&,  \
                                      const Mat<T>&, int, int, int, int);                           \

@@ -58,6 +58,20 @@ void rope_forward_at(Mat<T>& y, const Mat<T>& x, int first, int n_heads);
 template <typename T>
 void rope_backward(Mat<T>& dx, const Mat<T>& dy, int T_len, int n_heads);
 
+/// RoPE's cos and sin for positions 0 … T_len − 1 of a head width hd: row t, column i hold
+/// cos and sin of t · θ^(−2i/hd) (T_len × hd/2 each), the numbers rope_forward computes per call.
+template <typename T>
+struct RopeTable {
+  Mat<T> cos, sin;
+};
+template <typename T>
+RopeTable<T> rope_table(int T_len, int hd);
+/// y (=): rope_forward_at(y, x, first, n_heads) with the angles read from a table made once
+/// (the decode step's RoPE without a pow and a sincos per pair and byte). first + x.rows() must
+/// not pass the table's rows.
+template <typename T>
+void rope_forward_at(Mat<T>& y, const Mat<T>& x, int first, int n_heads, const RopeTable<T>& table);
+
 // ---- Causal grouped-query self-attention (after projections and RoPE) -----------------------
 
 /**

@@ -53,6 +53,19 @@ int thread_id() {
 #endif
 }
 
+/// f(b) for every block b: on OpenMP threads, blocks split statically, when `parallel`; else in a
+/// plain loop, because entering an OpenMP region costs a system call even on one thread (the
+/// decode step routes one position per site, 2L + 1 times a byte). The result is the same.
+template <typename F>
+void for_each_block(Eigen::Index blocks, bool parallel, F&& f) {
+  if (parallel) {
+#pragma omp parallel for schedule(static)
+    for (Eigen::Index b = 0; b < blocks; ++b) f(b);
+  } else {
+    for (Eigen::Index b = 0; b < blocks; ++b) f(b);
+  }
+}
+
 /// Values per vector step: one AVX register of floats (two of doubles).
 constexpr int kLanes = 8;
 template <typename T>
@@ -158,12 +171,10 @@ void routing_forward_fast(Mat<T>& out, RoutingSaved<T>& saved, std::span<const M
   // whole number of vector steps, so the exp of step (3) runs as vectors only.
   Scratch<T> scratch(NH);
 
-#pragma omp parallel if (worth_threads(N, P, d))
-  {
+  for_each_block(blocks, worth_threads(N, P, d), [&](Eigen::Index b) {
     T* w = scratch.mine();
     std::fill(w, w + scratch.n, T(0));
-#pragma omp for schedule(static)
-    for (Eigen::Index b = 0; b < blocks; ++b) {
+    {
       const Eigen::Index p_end = std::min(P, (b + 1) * kRoutingBlock);
       for (Eigen::Index p = b * kRoutingBlock; p < p_end; ++p) {
         // The one read of each source row from memory: steps (1) and (2).
@@ -231,7 +242,7 @@ void routing_forward_fast(Mat<T>& out, RoutingSaved<T>& saved, std::span<const M
         }
       }
     }
-  }
+  });
 }
 
 template <typename T>
@@ -253,14 +264,12 @@ void routing_backward_fast(std::span<Mat<T>> dsources, Eigen::Ref<RowVec<T>> dq,
   Mat<T> partial = Mat<T>::Zero(blocks, d);
   Scratch<T> scratch(4 * static_cast<std::size_t>(H));  // D[h], a[h], kp[h], dzr[h]
 
-#pragma omp parallel if (worth_threads(N, P, d))
-  {
+  for_each_block(blocks, worth_threads(N, P, d), [&](Eigen::Index b) {
     T* D = scratch.mine();
     T* a = D + H;
     T* kp = a + H;
     T* dzr = kp + H;
-#pragma omp for schedule(static)
-    for (Eigen::Index b = 0; b < blocks; ++b) {
+    {
       T* A = partial.data() + b * d;
       const Eigen::Index p_end = std::min(P, (b + 1) * kRoutingBlock);
       for (Eigen::Index p = b * kRoutingBlock; p < p_end; ++p) {
@@ -304,7 +313,7 @@ void routing_backward_fast(std::span<Mat<T>> dsources, Eigen::Ref<RowVec<T>> dq,
         }
       }
     }
-  }
+  });
   // The block partials in block order: the same sum whatever thread did which block.
   RowVec<T> total = RowVec<T>::Zero(d);
   for (Eigen::Index b = 0; b < blocks; ++b) total += partial.row(b);

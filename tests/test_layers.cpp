@@ -89,6 +89,26 @@ TEST_CASE("rope at an offset rotates row p as position first + p", "[rope]") {
   CHECK_THROWS_WITH(rope_forward_at(one, Mat<double>(x.row(0)), -1, heads), Contains("0 or more"));
 }
 
+TEST_CASE("rope from a table made once gives the same bits as rope computed per call", "[rope]") {
+  const int T_len = 9, heads = 2, hd = 8;
+  Rng rng(106);
+  const Mat<float> x = rng.normal_matrix<float>(T_len, heads * hd);
+  const RopeTable<float> table = rope_table<float>(T_len, hd);
+  Mat<float> whole, from_table;
+  rope_forward(whole, x, T_len, heads);
+  for (int t = 0; t < T_len; ++t) {  // one row at a time, as the decode step does
+    rope_forward_at(from_table, Mat<float>(x.row(t)), t, heads, table);
+    CHECK(from_table == whole.row(t));
+  }
+  rope_forward_at(from_table, Mat<float>(x.bottomRows(4)), 5, heads, table);  // positions 5 … 8
+  CHECK(from_table == whole.bottomRows(4));
+  // a position past the table, or a table for another head width, is refused
+  CHECK_THROWS_WITH(rope_forward_at(from_table, Mat<float>(x.row(0)), T_len, heads, table),
+                    Contains("not all in the table"));
+  CHECK_THROWS_WITH(rope_forward_at(from_table, Mat<float>(x.row(0)), 0, 4, table),
+                    Contains("head width"));
+}
+
 TEST_CASE("op gradient, causal grouped-query attention", "[attention][grad]") {
   struct Case {
     int B, T, nh, nkv, hd;
