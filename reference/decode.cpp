@@ -48,12 +48,7 @@ Mat<T> decode_prefill(const Config& cfg, const Params<T>& p, DecodeState<T>& sta
   c.T = n;
   Cache<T> cache;
   Mat<T> logits = model_logits<T>(c, p, tokens, 1, &cache);
-  // A fresh state; a state made for this config keeps its RoPE table (a window slide reuses it).
-  RopeTable<T> rope = std::move(state.rope);
-  const bool rope_fits = rope.cos.rows() == cfg.T && rope.cos.cols() == cfg.head_dim() / 2;
-  state.k.assign(cfg.L, Mat<T>::Zero(cfg.T, cfg.n_kv_head * cfg.head_dim()));
-  state.v.assign(cfg.L, Mat<T>::Zero(cfg.T, cfg.n_kv_head * cfg.head_dim()));
-  state.rope = rope_fits ? std::move(rope) : rope_table<T>(cfg.T, cfg.head_dim());
+  state = decode_start<T>(cfg);
   for (int l = 0; l < cfg.L; ++l) {
     state.k[l].topRows(n) = cache.k[l];  // after RoPE
     state.v[l].topRows(n) = cache.v[l];

@@ -47,9 +47,9 @@ template <typename T>
 struct DecodeState {
   int n = 0;                 ///< positions held; the next byte goes to position n (< T)
   std::vector<Mat<T>> k, v;  ///< per layer: T × (n_kv_head·hd); rows [0, n) are filled
-  /// RoPE's cos and sin for positions 0 … T − 1, made once by decode_start so a step needs no
-  /// pow or sincos. A constant of the config (T × hd/2 twice), not a memory of past positions,
-  /// so it is not counted in decode_state_scalars.
+  /// RoPE's cos and sin for positions 0 … T − 1, made by decode_start (once a prefill), so a
+  /// step needs no pow or sincos. A constant of the config (T × hd/2 twice), not a memory of
+  /// past positions, so it is not counted in decode_state_scalars.
   RopeTable<T> rope;
 };
 

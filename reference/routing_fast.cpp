@@ -173,72 +173,68 @@ void routing_forward_fast(Mat<T>& out, RoutingSaved<T>& saved, std::span<const M
 
   for_each_block(blocks, worth_threads(N, P, d), [&](Eigen::Index b) {
     T* w = scratch.mine();
-    std::fill(w, w + scratch.n, T(0));
-    {
-      const Eigen::Index p_end = std::min(P, (b + 1) * kRoutingBlock);
-      for (Eigen::Index p = b * kRoutingBlock; p < p_end; ++p) {
-        // The one read of each source row from memory: steps (1) and (2).
-        for (std::size_t i = 0; i < N; ++i) {
-          const T* S = sources[i].data() + p * d;  // row p of S_i
-          T* z = w + i * H;
-          // kp[h] = Σ_{c∈h} S_i[c] · (q ⊙ g)_c into z[h], and Σ_c S_i[c]², in one read
-          const T ss = head_sums<T, false, true>(S, qg.data(), nullptr, K, H, z, nullptr);
-          // (1) r_i = 1 / sqrt( mean_c S_i² + eps )
-          const T r = T(1) / std::sqrt(ss / T(d) + T(kRoutingEps));
-          saved.rinv[i].data()[p] = r;
-          // (2) z_i[h] = r_i · kp[h]
-          for (int h = 0; h < H; ++h) z[h] *= r;
-        }
-        // (3) α_i[h] = exp(z_i[h] − m[h]) / Σ_j exp(z_j[h] − m[h]),  m[h] = max_j z_j[h]
-        for (int h = 0; h < H; ++h) {
-          T m = w[h];
-          for (std::size_t i = 1; i < N; ++i) m = std::max(m, w[i * H + h]);
-          for (std::size_t i = 0; i < N; ++i) w[i * H + h] -= m;
-        }
-        for (std::size_t k = 0; k < scratch.n; k += kLanes)  // the padding gives exp(0) = 1
-          Out<T>(w + k) = In<T>(w + k).array().exp().matrix();
-        for (int h = 0; h < H; ++h) {
-          T sum = 0;
-          for (std::size_t i = 0; i < N; ++i) sum += w[i * H + h];
-          const T inv = T(1) / sum;
-          for (std::size_t i = 0; i < N; ++i) w[i * H + h] *= inv;
-        }
-        for (std::size_t i = 0; i < N; ++i)
-          std::copy_n(w + i * H, H, saved.alpha[i].data() + p * H);
-        for (std::size_t k = NH; k < scratch.n; ++k) w[k] = 0;  // padding back to exp's zeros
-        // (4) out[p, c] = Σ_i α_i[h(c)] · S_i[p, c]   (the rows are still in cache)
-        // Column tiles of one head, summed over i in registers, stored once.
-        T* o = out.data() + p * d;
-        for (int h = 0; h < H; ++h) {
-          Eigen::Index c = h * K;
-          const Eigen::Index end = c + K;
-          for (; c + 4 * kLanes <= end; c += 4 * kLanes) {
-            // four independent sums, so each source's multiply-adds need not wait on the last
-            Lanes<T> acc0 = Lanes<T>::Zero(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-            for (std::size_t i = 0; i < N; ++i) {
-              const T* S = sources[i].data() + p * d + c;
-              const T a = w[i * H + h];
-              acc0 += a * In<T>(S);
-              acc1 += a * In<T>(S + kLanes);
-              acc2 += a * In<T>(S + 2 * kLanes);
-              acc3 += a * In<T>(S + 3 * kLanes);
-            }
-            Out<T>(o + c) = acc0;
-            Out<T>(o + c + kLanes) = acc1;
-            Out<T>(o + c + 2 * kLanes) = acc2;
-            Out<T>(o + c + 3 * kLanes) = acc3;
+    const Eigen::Index p_end = std::min(P, (b + 1) * kRoutingBlock);
+    for (Eigen::Index p = b * kRoutingBlock; p < p_end; ++p) {
+      // The one read of each source row from memory: steps (1) and (2).
+      for (std::size_t i = 0; i < N; ++i) {
+        const T* S = sources[i].data() + p * d;  // row p of S_i
+        T* z = w + i * H;
+        // kp[h] = Σ_{c∈h} S_i[c] · (q ⊙ g)_c into z[h], and Σ_c S_i[c]², in one read
+        const T ss = head_sums<T, false, true>(S, qg.data(), nullptr, K, H, z, nullptr);
+        // (1) r_i = 1 / sqrt( mean_c S_i² + eps )
+        const T r = T(1) / std::sqrt(ss / T(d) + T(kRoutingEps));
+        saved.rinv[i].data()[p] = r;
+        // (2) z_i[h] = r_i · kp[h]
+        for (int h = 0; h < H; ++h) z[h] *= r;
+      }
+      // (3) α_i[h] = exp(z_i[h] − m[h]) / Σ_j exp(z_j[h] − m[h]),  m[h] = max_j z_j[h]
+      for (int h = 0; h < H; ++h) {
+        T m = w[h];
+        for (std::size_t i = 1; i < N; ++i) m = std::max(m, w[i * H + h]);
+        for (std::size_t i = 0; i < N; ++i) w[i * H + h] -= m;
+      }
+      std::fill(w + NH, w + scratch.n, T(0));  // the padding, never read: exp(0) = 1
+      for (std::size_t k = 0; k < scratch.n; k += kLanes)
+        Out<T>(w + k) = In<T>(w + k).array().exp().matrix();
+      for (int h = 0; h < H; ++h) {
+        T sum = 0;
+        for (std::size_t i = 0; i < N; ++i) sum += w[i * H + h];
+        const T inv = T(1) / sum;
+        for (std::size_t i = 0; i < N; ++i) w[i * H + h] *= inv;
+      }
+      for (std::size_t i = 0; i < N; ++i) std::copy_n(w + i * H, H, saved.alpha[i].data() + p * H);
+      // (4) out[p, c] = Σ_i α_i[h(c)] · S_i[p, c]   (the rows are still in cache)
+      // Column tiles of one head, summed over i in registers, stored once.
+      T* o = out.data() + p * d;
+      for (int h = 0; h < H; ++h) {
+        Eigen::Index c = h * K;
+        const Eigen::Index end = c + K;
+        for (; c + 4 * kLanes <= end; c += 4 * kLanes) {
+          // four independent sums, so each source's multiply-adds need not wait on the last
+          Lanes<T> acc0 = Lanes<T>::Zero(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+          for (std::size_t i = 0; i < N; ++i) {
+            const T* S = sources[i].data() + p * d + c;
+            const T a = w[i * H + h];
+            acc0 += a * In<T>(S);
+            acc1 += a * In<T>(S + kLanes);
+            acc2 += a * In<T>(S + 2 * kLanes);
+            acc3 += a * In<T>(S + 3 * kLanes);
           }
-          for (; c + kLanes <= end; c += kLanes) {
-            Lanes<T> acc = Lanes<T>::Zero();
-            for (std::size_t i = 0; i < N; ++i)
-              acc += w[i * H + h] * In<T>(sources[i].data() + p * d + c);
-            Out<T>(o + c) = acc;
-          }
-          for (; c < end; ++c) {
-            T acc = 0;
-            for (std::size_t i = 0; i < N; ++i) acc += w[i * H + h] * sources[i].data()[p * d + c];
-            o[c] = acc;
-          }
+          Out<T>(o + c) = acc0;
+          Out<T>(o + c + kLanes) = acc1;
+          Out<T>(o + c + 2 * kLanes) = acc2;
+          Out<T>(o + c + 3 * kLanes) = acc3;
+        }
+        for (; c + kLanes <= end; c += kLanes) {
+          Lanes<T> acc = Lanes<T>::Zero();
+          for (std::size_t i = 0; i < N; ++i)
+            acc += w[i * H + h] * In<T>(sources[i].data() + p * d + c);
+          Out<T>(o + c) = acc;
+        }
+        for (; c < end; ++c) {
+          T acc = 0;
+          for (std::size_t i = 0; i < N; ++i) acc += w[i * H + h] * sources[i].data()[p * d + c];
+          o[c] = acc;
         }
       }
     }
@@ -269,46 +265,44 @@ void routing_backward_fast(std::span<Mat<T>> dsources, Eigen::Ref<RowVec<T>> dq,
     T* a = D + H;
     T* kp = a + H;
     T* dzr = kp + H;
-    {
-      T* A = partial.data() + b * d;
-      const Eigen::Index p_end = std::min(P, (b + 1) * kRoutingBlock);
-      for (Eigen::Index p = b * kRoutingBlock; p < p_end; ++p) {
-        const T* dO = dout.data() + p * d;
-        // D[h] = Σ_{c∈h} dout ⊙ out   (= Σ_j α_j[h] · a_j[h])
-        head_sums<T, false, false>(dO, out.data() + p * d, nullptr, K, H, D, nullptr);
-        for (std::size_t i = 0; i < N; ++i) {
-          const T* S = sources[i].data() + p * d;
-          const T* alpha = saved.alpha[i].data() + p * H;
-          const T r = saved.rinv[i].data()[p];
-          // First read of S_i's row. Per head:
-          //   from (4): a_i[h] = Σ_{c∈h} dout ⊙ S_i;  from (3): dz_i = α_i ⊙ (a_i − D)
-          //   from (2), (1): Σ_c u_i S_i = Σ_h dz_i[h] · kp_i[h],  kp_i[h] = Σ_{c∈h} q_c g_c S_i[c]
-          head_sums<T, true, false>(S, dO, qg.data(), K, H, a, kp);
-          T uS = 0;
-          for (int h = 0; h < H; ++h) {
-            const T dz = alpha[h] * (a[h] - D[h]);
-            dzr[h] = r * dz;
-            uS += dz * kp[h];
+    T* A = partial.data() + b * d;
+    const Eigen::Index p_end = std::min(P, (b + 1) * kRoutingBlock);
+    for (Eigen::Index p = b * kRoutingBlock; p < p_end; ++p) {
+      const T* dO = dout.data() + p * d;
+      // D[h] = Σ_{c∈h} dout ⊙ out   (= Σ_j α_j[h] · a_j[h])
+      head_sums<T, false, false>(dO, out.data() + p * d, nullptr, K, H, D, nullptr);
+      for (std::size_t i = 0; i < N; ++i) {
+        const T* S = sources[i].data() + p * d;
+        const T* alpha = saved.alpha[i].data() + p * H;
+        const T r = saved.rinv[i].data()[p];
+        // First read of S_i's row. Per head:
+        //   from (4): a_i[h] = Σ_{c∈h} dout ⊙ S_i;  from (3): dz_i = α_i ⊙ (a_i − D)
+        //   from (2), (1): Σ_c u_i S_i = Σ_h dz_i[h] · kp_i[h],  kp_i[h] = Σ_{c∈h} q_c g_c S_i[c]
+        head_sums<T, true, false>(S, dO, qg.data(), K, H, a, kp);
+        T uS = 0;
+        for (int h = 0; h < H; ++h) {
+          const T dz = alpha[h] * (a[h] - D[h]);
+          dzr[h] = r * dz;
+          uS += dz * kp[h];
+        }
+        // from (1): the RMS path's coefficient (r_i³ / d) · Σ_c u_i S_i
+        const T coef = r * r * r * uS / T(d);
+        // Second read of S_i's row (from cache):
+        //   dS_i += α_i[h(c)] · dout + r_i · u_i − coef · S_i   (value path, key path, RMS)
+        //   dq, dg partial += dzr[h(c)] · S_i[c]
+        T* dS = dsources[i].data() + p * d;
+        for (int h = 0; h < H; ++h) {
+          const T al = alpha[h], zr = dzr[h];
+          Eigen::Index c = h * K;
+          const Eigen::Index end = c + K;
+          for (; c + kLanes <= end; c += kLanes) {
+            const In<T> x(S + c);
+            Out<T>(dS + c) += al * In<T>(dO + c) + zr * In<T>(qg.data() + c) - coef * x;
+            Out<T>(A + c) += zr * x;
           }
-          // from (1): the RMS path's coefficient (r_i³ / d) · Σ_c u_i S_i
-          const T coef = r * r * r * uS / T(d);
-          // Second read of S_i's row (from cache):
-          //   dS_i += α_i[h(c)] · dout + r_i · u_i − coef · S_i   (value path, key path, RMS)
-          //   dq, dg partial += dzr[h(c)] · S_i[c]
-          T* dS = dsources[i].data() + p * d;
-          for (int h = 0; h < H; ++h) {
-            const T al = alpha[h], zr = dzr[h];
-            Eigen::Index c = h * K;
-            const Eigen::Index end = c + K;
-            for (; c + kLanes <= end; c += kLanes) {
-              const In<T> x(S + c);
-              Out<T>(dS + c) += al * In<T>(dO + c) + zr * In<T>(qg.data() + c) - coef * x;
-              Out<T>(A + c) += zr * x;
-            }
-            for (; c < end; ++c) {
-              dS[c] += al * dO[c] + zr * qg(c) - coef * S[c];
-              A[c] += zr * S[c];
-            }
+          for (; c < end; ++c) {
+            dS[c] += al * dO[c] + zr * qg(c) - coef * S[c];
+            A[c] += zr * S[c];
           }
         }
       }

@@ -18,7 +18,7 @@
  * Determinism: positions are cut into blocks of kRoutingBlock, fixed by P alone. A block is
  * done by one thread in position order, and its dq, dg partial sums are added in block order
  * after the parallel loop. So every bit of every output is the same on every run AND for any
- * number of threads (tests/test_routing.cpp checks 1 thread against 2, twice each).
+ * number of threads (tests/test_routing_fast.cpp checks 1 thread against 2, twice each).
  */
 #pragma once
 

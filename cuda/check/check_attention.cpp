@@ -23,7 +23,6 @@ using check_detail::flatten;
 using check_detail::poisoned;
 using check_detail::require_device;
 
-/// A random float matrix and its exact double copy: input rounding is not counted as error.
 /// One shape's inputs. q has sd 1.5 and k sd 1, so the scores q·k/√hd are of order one: the
 /// softmax is neither uniform nor one-hot. Never zero.
 struct Inputs {
