@@ -1,12 +1,16 @@
 /**
  * @file routing_fast.cpp
- * @brief Depth routing, CPU version 2: docs/design.md §1 one position at a time, blocks of
+ * @brief Depth routing, CPU version 2: docs/design.md §1 a few positions at a time, blocks of
  *        positions across OpenMP threads. The readable reference is routing.cpp (version 1).
  *
  * Version 1 runs each step over all P positions, so every step streams all N sources from
- * memory again. Here the loop over positions is outermost: a position's N source rows
- * (N · d values, 50 KB at N = 25, d = 512) are read from memory once and re-read from cache.
- * The formulas are version 1's, step for step; their numbers (1)–(4) match routing.cpp.
+ * memory again. Here the loop over positions is outermost, in sub-blocks of R positions whose
+ * N · R source rows fit in about 256 KB of cache (R = 1 … 32, sub_block_rows). Within a
+ * sub-block, the first pass reads one source at a time, R contiguous rows of it (one stream
+ * from memory, which the hardware prefetcher follows; reading row p of all N sources at once
+ * is N streams, and N = 25 of them left the forward at half the copy speed). The second pass
+ * re-reads the rows from cache. The formulas are version 1's, step for step; their numbers
+ * (1)–(4) match routing.cpp.
  *
  * Row p of a row-major P × d matrix is d contiguous values; head h is its segment [h·K, (h+1)·K).
  *
@@ -74,6 +78,13 @@ template <typename T>
 using In = Eigen::Map<const Lanes<T>>;  // kLanes values read from memory (any alignment)
 template <typename T>
 using Out = Eigen::Map<Lanes<T>>;
+
+/// Rows of a sub-block: as many positions as keep their N source rows in about 256 KB of cache
+/// (1 … kRoutingBlock). Fixed by N, d and the scalar's size alone.
+Eigen::Index sub_block_rows(std::size_t N, Eigen::Index d, std::size_t scalar_bytes) {
+  const auto rows = static_cast<Eigen::Index>((256 * 1024) / (N * d * scalar_bytes));
+  return std::clamp<Eigen::Index>(rows, 1, kRoutingBlock);
+}
 
 /// Rounds n up to a whole number of vector steps.
 std::size_t whole_lanes(std::size_t n) {
@@ -167,74 +178,83 @@ void routing_forward_fast(Mat<T>& out, RoutingSaved<T>& saved, std::span<const M
   out.resize(P, d);
   const Eigen::Index blocks = (P + kRoutingBlock - 1) / kRoutingBlock;
   const std::size_t NH = N * static_cast<std::size_t>(H);
-  // One position's z_i[h], then α_i[h], at w[i·H + h]; the N·H values are padded with zeros to a
-  // whole number of vector steps, so the exp of step (3) runs as vectors only.
-  Scratch<T> scratch(NH);
+  // Position p's z_i[h], then α_i[h], at w_p[i·H + h]; each position's N·H values are padded with
+  // zeros to a whole number of vector steps, so the exp of step (3) runs as vectors only.
+  const std::size_t NHp = whole_lanes(NH);
+  const Eigen::Index R = sub_block_rows(N, d, sizeof(T));
+  Scratch<T> scratch(NHp * R);  // R positions' w_p
 
   for_each_block(blocks, worth_threads(N, P, d), [&](Eigen::Index b) {
-    T* w = scratch.mine();
-    const Eigen::Index p_end = std::min(P, (b + 1) * kRoutingBlock);
-    for (Eigen::Index p = b * kRoutingBlock; p < p_end; ++p) {
-      // The one read of each source row from memory: steps (1) and (2).
+    T* const w0 = scratch.mine();
+    const Eigen::Index b_end = std::min(P, (b + 1) * kRoutingBlock);
+    for (Eigen::Index p0 = b * kRoutingBlock; p0 < b_end; p0 += R) {
+      const Eigen::Index p1 = std::min(b_end, p0 + R);  // the sub-block [p0, p1)
+      // The one read of each source from memory, R contiguous rows at a time: steps (1), (2).
       for (std::size_t i = 0; i < N; ++i) {
-        const T* S = sources[i].data() + p * d;  // row p of S_i
-        T* z = w + i * H;
-        // kp[h] = Σ_{c∈h} S_i[c] · (q ⊙ g)_c into z[h], and Σ_c S_i[c]², in one read
-        const T ss = head_sums<T, false, true>(S, qg.data(), nullptr, K, H, z, nullptr);
-        // (1) r_i = 1 / sqrt( mean_c S_i² + eps )
-        const T r = T(1) / std::sqrt(ss / T(d) + T(kRoutingEps));
-        saved.rinv[i].data()[p] = r;
-        // (2) z_i[h] = r_i · kp[h]
-        for (int h = 0; h < H; ++h) z[h] *= r;
+        for (Eigen::Index p = p0; p < p1; ++p) {
+          const T* S = sources[i].data() + p * d;  // row p of S_i
+          T* z = w0 + (p - p0) * NHp + i * H;
+          // kp[h] = Σ_{c∈h} S_i[c] · (q ⊙ g)_c into z[h], and Σ_c S_i[c]², in one read
+          const T ss = head_sums<T, false, true>(S, qg.data(), nullptr, K, H, z, nullptr);
+          // (1) r_i = 1 / sqrt( mean_c S_i² + eps )
+          const T r = T(1) / std::sqrt(ss / T(d) + T(kRoutingEps));
+          saved.rinv[i].data()[p] = r;
+          // (2) z_i[h] = r_i · kp[h]
+          for (int h = 0; h < H; ++h) z[h] *= r;
+        }
       }
-      // (3) α_i[h] = exp(z_i[h] − m[h]) / Σ_j exp(z_j[h] − m[h]),  m[h] = max_j z_j[h]
-      for (int h = 0; h < H; ++h) {
-        T m = w[h];
-        for (std::size_t i = 1; i < N; ++i) m = std::max(m, w[i * H + h]);
-        for (std::size_t i = 0; i < N; ++i) w[i * H + h] -= m;
-      }
-      std::fill(w + NH, w + scratch.n, T(0));  // the padding, never read: exp(0) = 1
-      for (std::size_t k = 0; k < scratch.n; k += kLanes)
-        Out<T>(w + k) = In<T>(w + k).array().exp().matrix();
-      for (int h = 0; h < H; ++h) {
-        T sum = 0;
-        for (std::size_t i = 0; i < N; ++i) sum += w[i * H + h];
-        const T inv = T(1) / sum;
-        for (std::size_t i = 0; i < N; ++i) w[i * H + h] *= inv;
-      }
-      for (std::size_t i = 0; i < N; ++i) std::copy_n(w + i * H, H, saved.alpha[i].data() + p * H);
-      // (4) out[p, c] = Σ_i α_i[h(c)] · S_i[p, c]   (the rows are still in cache)
-      // Column tiles of one head, summed over i in registers, stored once.
-      T* o = out.data() + p * d;
-      for (int h = 0; h < H; ++h) {
-        Eigen::Index c = h * K;
-        const Eigen::Index end = c + K;
-        for (; c + 4 * kLanes <= end; c += 4 * kLanes) {
-          // four independent sums, so each source's multiply-adds need not wait on the last
-          Lanes<T> acc0 = Lanes<T>::Zero(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-          for (std::size_t i = 0; i < N; ++i) {
-            const T* S = sources[i].data() + p * d + c;
-            const T a = w[i * H + h];
-            acc0 += a * In<T>(S);
-            acc1 += a * In<T>(S + kLanes);
-            acc2 += a * In<T>(S + 2 * kLanes);
-            acc3 += a * In<T>(S + 3 * kLanes);
+      for (Eigen::Index p = p0; p < p1; ++p) {
+        T* w = w0 + (p - p0) * NHp;
+        // (3) α_i[h] = exp(z_i[h] − m[h]) / Σ_j exp(z_j[h] − m[h]),  m[h] = max_j z_j[h]
+        for (int h = 0; h < H; ++h) {
+          T m = w[h];
+          for (std::size_t i = 1; i < N; ++i) m = std::max(m, w[i * H + h]);
+          for (std::size_t i = 0; i < N; ++i) w[i * H + h] -= m;
+        }
+        std::fill(w + NH, w + NHp, T(0));  // the padding, never read: exp(0) = 1
+        for (std::size_t k = 0; k < NHp; k += kLanes)
+          Out<T>(w + k) = In<T>(w + k).array().exp().matrix();
+        for (int h = 0; h < H; ++h) {
+          T sum = 0;
+          for (std::size_t i = 0; i < N; ++i) sum += w[i * H + h];
+          const T inv = T(1) / sum;
+          for (std::size_t i = 0; i < N; ++i) w[i * H + h] *= inv;
+        }
+        for (std::size_t i = 0; i < N; ++i)
+          std::copy_n(w + i * H, H, saved.alpha[i].data() + p * H);
+        // (4) out[p, c] = Σ_i α_i[h(c)] · S_i[p, c]   (the sub-block's rows are still in cache)
+        // Column tiles of one head, summed over i in registers, stored once.
+        T* o = out.data() + p * d;
+        for (int h = 0; h < H; ++h) {
+          Eigen::Index c = h * K;
+          const Eigen::Index end = c + K;
+          for (; c + 4 * kLanes <= end; c += 4 * kLanes) {
+            // four independent sums, so each source's multiply-adds need not wait on the last
+            Lanes<T> acc0 = Lanes<T>::Zero(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+            for (std::size_t i = 0; i < N; ++i) {
+              const T* S = sources[i].data() + p * d + c;
+              const T a = w[i * H + h];
+              acc0 += a * In<T>(S);
+              acc1 += a * In<T>(S + kLanes);
+              acc2 += a * In<T>(S + 2 * kLanes);
+              acc3 += a * In<T>(S + 3 * kLanes);
+            }
+            Out<T>(o + c) = acc0;
+            Out<T>(o + c + kLanes) = acc1;
+            Out<T>(o + c + 2 * kLanes) = acc2;
+            Out<T>(o + c + 3 * kLanes) = acc3;
           }
-          Out<T>(o + c) = acc0;
-          Out<T>(o + c + kLanes) = acc1;
-          Out<T>(o + c + 2 * kLanes) = acc2;
-          Out<T>(o + c + 3 * kLanes) = acc3;
-        }
-        for (; c + kLanes <= end; c += kLanes) {
-          Lanes<T> acc = Lanes<T>::Zero();
-          for (std::size_t i = 0; i < N; ++i)
-            acc += w[i * H + h] * In<T>(sources[i].data() + p * d + c);
-          Out<T>(o + c) = acc;
-        }
-        for (; c < end; ++c) {
-          T acc = 0;
-          for (std::size_t i = 0; i < N; ++i) acc += w[i * H + h] * sources[i].data()[p * d + c];
-          o[c] = acc;
+          for (; c + kLanes <= end; c += kLanes) {
+            Lanes<T> acc = Lanes<T>::Zero();
+            for (std::size_t i = 0; i < N; ++i)
+              acc += w[i * H + h] * In<T>(sources[i].data() + p * d + c);
+            Out<T>(o + c) = acc;
+          }
+          for (; c < end; ++c) {
+            T acc = 0;
+            for (std::size_t i = 0; i < N; ++i) acc += w[i * H + h] * sources[i].data()[p * d + c];
+            o[c] = acc;
+          }
         }
       }
     }
@@ -258,51 +278,60 @@ void routing_backward_fast(std::span<Mat<T>> dsources, Eigen::Ref<RowVec<T>> dq,
   // Row b: Σ over block b's positions and all sources of dzr_i[h(c)] · S_i[p, c], where
   // dzr = r_i · dz_i; dq and dg are this times g and q (from (2)). blocks × d.
   Mat<T> partial = Mat<T>::Zero(blocks, d);
-  Scratch<T> scratch(4 * static_cast<std::size_t>(H));  // D[h], a[h], kp[h], dzr[h]
+  const Eigen::Index R = sub_block_rows(N, d, sizeof(T));
+  // D[p][h] for the R positions of a sub-block, then a[h], kp[h], dzr[h]
+  Scratch<T> scratch(static_cast<std::size_t>(H) * (R + 3));
 
   for_each_block(blocks, worth_threads(N, P, d), [&](Eigen::Index b) {
-    T* D = scratch.mine();
-    T* a = D + H;
+    T* Dall = scratch.mine();
+    T* a = Dall + R * H;
     T* kp = a + H;
     T* dzr = kp + H;
     T* A = partial.data() + b * d;
-    const Eigen::Index p_end = std::min(P, (b + 1) * kRoutingBlock);
-    for (Eigen::Index p = b * kRoutingBlock; p < p_end; ++p) {
-      const T* dO = dout.data() + p * d;
-      // D[h] = Σ_{c∈h} dout ⊙ out   (= Σ_j α_j[h] · a_j[h])
-      head_sums<T, false, false>(dO, out.data() + p * d, nullptr, K, H, D, nullptr);
+    const Eigen::Index b_end = std::min(P, (b + 1) * kRoutingBlock);
+    for (Eigen::Index p0 = b * kRoutingBlock; p0 < b_end; p0 += R) {
+      const Eigen::Index p1 = std::min(b_end, p0 + R);
+      // D[h] = Σ_{c∈h} dout ⊙ out   (= Σ_j α_j[h] · a_j[h]), for each position of the sub-block
+      for (Eigen::Index p = p0; p < p1; ++p)
+        head_sums<T, false, false>(dout.data() + p * d, out.data() + p * d, nullptr, K, H,
+                                   Dall + (p - p0) * H, nullptr);
+      // Source by source, R contiguous rows at a time (one stream from memory, as the forward).
       for (std::size_t i = 0; i < N; ++i) {
-        const T* S = sources[i].data() + p * d;
-        const T* alpha = saved.alpha[i].data() + p * H;
-        const T r = saved.rinv[i].data()[p];
-        // First read of S_i's row. Per head:
-        //   from (4): a_i[h] = Σ_{c∈h} dout ⊙ S_i;  from (3): dz_i = α_i ⊙ (a_i − D)
-        //   from (2), (1): Σ_c u_i S_i = Σ_h dz_i[h] · kp_i[h],  kp_i[h] = Σ_{c∈h} q_c g_c S_i[c]
-        head_sums<T, true, false>(S, dO, qg.data(), K, H, a, kp);
-        T uS = 0;
-        for (int h = 0; h < H; ++h) {
-          const T dz = alpha[h] * (a[h] - D[h]);
-          dzr[h] = r * dz;
-          uS += dz * kp[h];
-        }
-        // from (1): the RMS path's coefficient (r_i³ / d) · Σ_c u_i S_i
-        const T coef = r * r * r * uS / T(d);
-        // Second read of S_i's row (from cache):
-        //   dS_i += α_i[h(c)] · dout + r_i · u_i − coef · S_i   (value path, key path, RMS)
-        //   dq, dg partial += dzr[h(c)] · S_i[c]
-        T* dS = dsources[i].data() + p * d;
-        for (int h = 0; h < H; ++h) {
-          const T al = alpha[h], zr = dzr[h];
-          Eigen::Index c = h * K;
-          const Eigen::Index end = c + K;
-          for (; c + kLanes <= end; c += kLanes) {
-            const In<T> x(S + c);
-            Out<T>(dS + c) += al * In<T>(dO + c) + zr * In<T>(qg.data() + c) - coef * x;
-            Out<T>(A + c) += zr * x;
+        for (Eigen::Index p = p0; p < p1; ++p) {
+          const T* dO = dout.data() + p * d;
+          const T* D = Dall + (p - p0) * H;
+          const T* S = sources[i].data() + p * d;
+          const T* alpha = saved.alpha[i].data() + p * H;
+          const T r = saved.rinv[i].data()[p];
+          // First read of S_i's row. Per head:
+          //   from (4): a_i[h] = Σ_{c∈h} dout ⊙ S_i;  from (3): dz_i = α_i ⊙ (a_i − D)
+          //   from (2), (1): Σ_c u_i S_i = Σ_h dz_i[h] · kp_i[h],  kp_i[h] = Σ_{c∈h} q_c g_c S_i[c]
+          head_sums<T, true, false>(S, dO, qg.data(), K, H, a, kp);
+          T uS = 0;
+          for (int h = 0; h < H; ++h) {
+            const T dz = alpha[h] * (a[h] - D[h]);
+            dzr[h] = r * dz;
+            uS += dz * kp[h];
           }
-          for (; c < end; ++c) {
-            dS[c] += al * dO[c] + zr * qg(c) - coef * S[c];
-            A[c] += zr * S[c];
+          // from (1): the RMS path's coefficient (r_i³ / d) · Σ_c u_i S_i
+          const T coef = r * r * r * uS / T(d);
+          // Second read of S_i's row (from cache):
+          //   dS_i += α_i[h(c)] · dout + r_i · u_i − coef · S_i   (value path, key path, RMS)
+          //   dq, dg partial += dzr[h(c)] · S_i[c]
+          T* dS = dsources[i].data() + p * d;
+          for (int h = 0; h < H; ++h) {
+            const T al = alpha[h], zr = dzr[h];
+            Eigen::Index c = h * K;
+            const Eigen::Index end = c + K;
+            for (; c + kLanes <= end; c += kLanes) {
+              const In<T> x(S + c);
+              Out<T>(dS + c) += al * In<T>(dO + c) + zr * In<T>(qg.data() + c) - coef * x;
+              Out<T>(A + c) += zr * x;
+            }
+            for (; c < end; ++c) {
+              dS[c] += al * dO[c] + zr * qg(c) - coef * S[c];
+              A[c] += zr * S[c];
+            }
           }
         }
       }

@@ -6,19 +6,21 @@
  *
  * CPU routing versions (docs/style.md §6; the CUDA ones are in cuda/routing.h):
  *   1  routing_forward / routing_backward (routing.h): the reference, one Eigen line per step
- *      of docs/design.md §1 over all P positions; each step re-reads every source (3 reads forward).
- *   2  routing_forward_fast / routing_backward_fast (here): same as 1, but one position at a
- *      time, all N sources of it while they are in cache, blocks of positions across threads,
- *      and the backward's D = ⟨dout, out⟩ instead of a pass over the weights.
+ *      of docs/design.md §1 over all P positions; each step re-reads every source (3 reads
+ * forward). 2  routing_forward_fast / routing_backward_fast (here): same as 1, but a few positions
+ * at a time (a sub-block whose N source rows stay in cache), source by source within it, blocks of
+ * positions across threads, and the backward's D = ⟨dout, out⟩ instead of a pass over the weights.
  *
  * Same arguments, same saved state (so either backward takes either forward's RoutingSaved),
  * same `=` / `+=` contract as version 1. The model (model.cpp) uses version 2; the tests check
  * it against version 1 in float and double and through the finite-difference gradient checks.
  *
- * Determinism: positions are cut into blocks of kRoutingBlock, fixed by P alone. A block is
- * done by one thread in position order, and its dq, dg partial sums are added in block order
- * after the parallel loop. So every bit of every output is the same on every run AND for any
- * number of threads (tests/test_routing_fast.cpp checks 1 thread against 2, twice each).
+ * Determinism: positions are cut into blocks of kRoutingBlock, fixed by P alone, and blocks
+ * into sub-blocks of R rows, fixed by N, d and the scalar type alone. A block is done by one
+ * thread in a fixed order (sub-block, then source, then position), and its dq, dg partial sums
+ * are added in block order after the parallel loop. So every bit of every output is the same on
+ * every run AND for any number of threads (tests/test_routing_fast.cpp checks 1 thread against 2,
+ * twice each).
  */
 #pragma once
 
@@ -34,9 +36,10 @@ inline constexpr Eigen::Index kRoutingBlock = 32;
 /**
  * @brief Routing forward, version 2 (same contract as routing_forward).
  *
- * Per position p: one pass over the N source rows computes r_i and z_i[h] (steps (1), (2)),
- * the softmax over i per head (3) runs on N × H numbers, then (4) sums the rows again while
- * they are still in cache. Writes out and saved; throws ShapeError on bad shapes.
+ * Per sub-block of positions: one pass over each source's rows computes r_i and z_i[h] (steps
+ * (1), (2)); then per position the softmax over i per head (3) runs on N × H numbers, and (4)
+ * sums the rows again while they are still in cache. Writes out and saved; throws ShapeError
+ * on bad shapes.
  */
 template <typename T>
 void routing_forward_fast(Mat<T>& out, RoutingSaved<T>& saved, std::span<const Mat<T>> sources,
@@ -46,8 +49,9 @@ void routing_forward_fast(Mat<T>& out, RoutingSaved<T>& saved, std::span<const M
 /**
  * @brief Routing backward, version 2 (same contract as routing_backward).
  *
- * Per position p: D[h] = ⟨dout_h, out_h⟩ once, then for each source one read of its row for
- * a_i[h] and kp_i[h] and one more (from cache) for dS_i and the dq, dg partials. Accumulates
+ * Per sub-block of positions: D[h] = ⟨dout_h, out_h⟩ once a position, then source by source,
+ * one read of each row for a_i[h] and kp_i[h] and one more (from cache) for dS_i and the dq, dg
+ * partials. Accumulates
  * (+=) into dsources, dq, dg; reductions in a fixed order (see the file comment).
  */
 template <typename T>

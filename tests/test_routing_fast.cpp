@@ -98,10 +98,13 @@ std::vector<Mat<T>> cast_all(const std::vector<Mat<double>>& v) {
 
 TEST_CASE("routing version 2 matches the reference in double and float", "[routing][fast]") {
   // N = 1, H = 1, H = d, odd P, d not a multiple of 8, P over several blocks with a partial last
-  // one (kRoutingBlock = 32), and the default model's shape (d 128, H 4).
-  const Case cs =
-      GENERATE(Case{5, 12, 3, 4}, Case{1, 8, 1, 1}, Case{3, 6, 4, 6}, Case{7, 10, 5, 2},
-               Case{77, 16, 2, 1}, Case{33, 9, 3, 3}, Case{101, 128, 9, 4}, Case{64, 64, 1, 64});
+  // one (kRoutingBlock = 32), and the default model's shape (d 128, H 4). The last two are wide
+  // enough (N · d · sizeof ≥ 16 KB) that a block is cut into sub-blocks of fewer than 32 rows,
+  // with a partial last sub-block: N 9, d 512 gives 7 rows in double, 14 in float (P 45 = 32 +
+  // 13); N 25, d 520 (K 65) gives 2 and 5 rows.
+  const Case cs = GENERATE(Case{5, 12, 3, 4}, Case{1, 8, 1, 1}, Case{3, 6, 4, 6}, Case{7, 10, 5, 2},
+                           Case{77, 16, 2, 1}, Case{33, 9, 3, 3}, Case{101, 128, 9, 4},
+                           Case{64, 64, 1, 64}, Case{45, 512, 9, 4}, Case{37, 520, 25, 8});
   CAPTURE(cs.P, cs.d, cs.N, cs.H);
   Rng rng(2000 + cs.P * 31 + cs.d * 7 + cs.N * 3 + cs.H);
   std::vector<Mat<double>> S;
@@ -131,9 +134,12 @@ TEST_CASE("routing version 2 matches the reference in double and float", "[routi
 
 TEST_CASE("routing version 2 gives the same bits on every run and for 1 and 2 threads",
           "[routing][fast][determinism]") {
-  // Large enough that the block loop runs on threads (≥ 64 K source values), 10 blocks.
-  const int N = 5, P = 300, d = 64, H = 4;
-  Rng rng(4242);
+  // Large enough that the block loop runs on threads (≥ 64 K source values): 10 blocks of 32
+  // rows; and d 512, N 9, 6 blocks cut into sub-blocks of 14 rows.
+  const Case cs = GENERATE(Case{300, 64, 5, 4}, Case{180, 512, 9, 4});
+  const int N = cs.N, P = cs.P, d = cs.d, H = cs.H;
+  CAPTURE(P, d, N, H);
+  Rng rng(4242 + P);
   std::vector<Mat<float>> S;
   for (int i = 0; i < N; ++i) S.push_back(rng.normal_matrix<float>(P, d));
   const RowVec<float> q = rng.normal_matrix<float>(1, d),
