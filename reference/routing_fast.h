@@ -7,9 +7,11 @@
  * CPU routing versions (docs/style.md §6; the CUDA ones are in cuda/routing.h):
  *   1  routing_forward / routing_backward (routing.h): the reference, one Eigen line per step
  *      of docs/design.md §1 over all P positions; each step re-reads every source (3 reads
- * forward). 2  routing_forward_fast / routing_backward_fast (here): same as 1, but a few positions
- * at a time (a sub-block whose N source rows stay in cache), source by source within it, blocks of
- * positions across threads, and the backward's D = ⟨dout, out⟩ instead of a pass over the weights.
+ *      forward).
+ *   2  routing_forward_fast / routing_backward_fast (here): same as 1, but a few positions at
+ *      a time (a sub-block whose N source rows stay in cache), source by source within it,
+ *      blocks of positions across threads, and the backward's D = ⟨dout, out⟩ instead of a
+ *      pass over the weights.
  *
  * Same arguments, same saved state (so either backward takes either forward's RoutingSaved),
  * same `=` / `+=` contract as version 1. The model (model.cpp) uses version 2; the tests check
@@ -51,8 +53,8 @@ void routing_forward_fast(Mat<T>& out, RoutingSaved<T>& saved, std::span<const M
  *
  * Per sub-block of positions: D[h] = ⟨dout_h, out_h⟩ once a position, then source by source,
  * one read of each row for a_i[h] and kp_i[h] and one more (from cache) for dS_i and the dq, dg
- * partials. Accumulates
- * (+=) into dsources, dq, dg; reductions in a fixed order (see the file comment).
+ * partials. Accumulates (+=) into dsources, dq, dg; reductions in a fixed order (see the file
+ * comment).
  */
 template <typename T>
 void routing_backward_fast(std::span<Mat<T>> dsources, Eigen::Ref<RowVec<T>> dq,

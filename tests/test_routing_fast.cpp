@@ -99,7 +99,7 @@ std::vector<Mat<T>> cast_all(const std::vector<Mat<double>>& v) {
 TEST_CASE("routing version 2 matches the reference in double and float", "[routing][fast]") {
   // N = 1, H = 1, H = d, odd P, d not a multiple of 8, P over several blocks with a partial last
   // one (kRoutingBlock = 32), and the default model's shape (d 128, H 4). The last two are wide
-  // enough (N · d · sizeof ≥ 16 KB) that a block is cut into sub-blocks of fewer than 32 rows,
+  // enough (N · d · sizeof > 8 KB) that a block is cut into sub-blocks of fewer than 32 rows,
   // with a partial last sub-block: N 9, d 512 gives 7 rows in double, 14 in float (P 45 = 32 +
   // 13); N 25, d 520 (K 65) gives 2 and 5 rows.
   const Case cs = GENERATE(Case{5, 12, 3, 4}, Case{1, 8, 1, 1}, Case{3, 6, 4, 6}, Case{7, 10, 5, 2},
