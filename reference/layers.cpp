@@ -63,9 +63,12 @@ template <typename T>
 RopeTable<T> rope_angles(int T_len, int hd, double sign, int first) {
   const int half = hd / 2;
   RopeTable<T> tab{Mat<T>(T_len, half), Mat<T>(T_len, half)};
+  // θ^(−2i/hd) depends on the pair i only: computed once per pair, not once per position
+  std::vector<double> freq(half);
+  for (int i = 0; i < half; ++i) freq[i] = std::pow(kRopeTheta, -2.0 * i / hd);
   for (int t = 0; t < T_len; ++t)
     for (int i = 0; i < half; ++i) {
-      const double angle = sign * (first + t) * std::pow(kRopeTheta, -2.0 * i / hd);
+      const double angle = sign * (first + t) * freq[i];
       tab.cos(t, i) = static_cast<T>(std::cos(angle));
       tab.sin(t, i) = static_cast<T>(std::sin(angle));
     }
