@@ -76,27 +76,27 @@ std::vector<Mat<T>> gather_row_sources(const Config& cfg, int s, const std::vect
   return sources;
 }
 
-/// Row t of causal grouped-query attention: q (1 × n_head·hd) against rows 0 … t of the cache.
+/// Row t of causal grouped-query attention: q (1 × n_head·hd) against rows 0 … t of the cache,
+/// into out (1 × n_head·hd, =); a: scratch for one head's scores.
 template <typename T>
-Mat<T> attend_row(const Mat<T>& q, const Mat<T>& k, const Mat<T>& v, int t, int n_head,
-                  int n_kv_head) {
+void attend_row(Mat<T>& out, RowVec<T>& a, const Mat<T>& q, const Mat<T>& k, const Mat<T>& v, int t,
+                int n_head, int n_kv_head) {
   const int hd = static_cast<int>(q.cols()) / n_head;
   const int G = n_head / n_kv_head;  // query heads per key/value head
   const T scale = T(1) / std::sqrt(T(hd));
-  Mat<T> out(1, q.cols());
+  out.resize(1, q.cols());
   for (int h = 0; h < n_head; ++h) {
     const int kv = h / G;
     const auto qh = q.block(0, h * hd, 1, hd);
     const auto kh = k.block(0, kv * hd, t + 1, hd);  // positions 0 … t
     const auto vh = v.block(0, kv * hd, t + 1, hd);
     // scores_s = q_h · k_h[s] / √hd for s ≤ t; softmax over s (max subtracted)
-    RowVec<T> a = (qh * kh.transpose()) * scale;
+    a.noalias() = (qh * kh.transpose()) * scale;
     a = (a.array() - a.maxCoeff()).exp().matrix();
     a /= a.sum();
     // out_h = Σ_s a_s · v_h[s]
     out.block(0, h * hd, 1, hd).noalias() = a * vh;
   }
-  return out;
 }
 
 }  // namespace
@@ -113,34 +113,37 @@ RowVec<T> decode_step(const Config& cfg, const Params<T>& p, DecodeState<T>& sta
               p.embed.cols() == cfg.d && p.route_q.rows() == (cfg.routed() ? cfg.n_sites() : 0),
           "decode_step", "parameters do not match the config (", mode_name(cfg.mode),
           ", L = ", cfg.L, ", d = ", cfg.d, ")");
+  require(token >= 0 && token < cfg.vocab, "decode_step", "byte ", token,
+          " is outside the vocabulary [0, ", cfg.vocab, ")");
   const int n_sub = 2 * cfg.L, H = cfg.route_heads();
+  // The step's working rows live in state.scratch only to be reused (see DecodeState::Scratch);
+  // nothing in them is read before this step writes it.
+  auto& s = state.scratch;
 
-  // This position's primitives [E, out_0 … out_{2L−1}], 1 × d each: the step's only scratch.
-  std::vector<Mat<T>> prims;
-  prims.reserve(n_sub + 1);
-  prims.emplace_back();
-  embedding_forward(prims[0], std::vector<int>{token}, p.embed);  // E[token]
-  Mat<T> h = prims[0];                                            // the stream (residual, delta)
+  // This position's primitives [E, out_0 … out_{2L−1}], 1 × d each.
+  std::vector<Mat<T>>& prims = s.prims;
+  prims.resize(n_sub + 1);
+  prims[0] = p.embed.row(token);  // E[token]
+  Mat<T>& h = s.h;                // the stream (residual, delta)
+  h = prims[0];
 
-  // Routing site s over this position's own sources: no other position is read.
-  RoutingSaved<T> saved;
-  auto route_site = [&](int s) {
-    Mat<T> out;
+  // Routing site j over this position's own sources: no other position is read.
+  auto route_site = [&](int j) -> const Mat<T>& {
     if (cfg.mode == Mode::AttnRes || cfg.mode == Mode::Mhar)
-      routing_forward_fast<T>(out, saved, std::span<const Mat<T>>(prims.data(), s + 1),
-                              p.route_q.row(s), p.route_g.row(s), H);  // [E, out_0 … out_{s−1}]
+      routing_forward_fast<T>(s.routed, s.routing, std::span<const Mat<T>>(prims.data(), j + 1),
+                              p.route_q.row(j), p.route_g.row(j), H);  // [E, out_0 … out_{j−1}]
     else {
-      const std::vector<Mat<T>> sources = gather_row_sources(cfg, s, prims, p);  // grouped
-      routing_forward_fast<T>(out, saved, sources, p.route_q.row(s), p.route_g.row(s), H);
+      const std::vector<Mat<T>> sources = gather_row_sources(cfg, j, prims, p);  // grouped
+      routing_forward_fast<T>(s.routed, s.routing, sources, p.route_q.row(j), p.route_g.row(j), H);
     }
-    return out;
+    return s.routed;
   };
 
   for (int j = 0; j < n_sub; ++j) {
     const int l = j / 2;
     const LayerParams<T>& y = p.layers[l];
     // (1) input_j, formed by the mode
-    Mat<T> input;
+    Mat<T>& input = s.input;
     switch (cfg.mode) {
       case Mode::Residual:
         input = h;
@@ -153,37 +156,30 @@ RowVec<T> decode_step(const Config& cfg, const Params<T>& p, DecodeState<T>& sta
         break;
     }
     // (2) normed_j = RMSNorm_j(input_j)
-    Mat<T> normed;
-    Vec<T> rinv;
-    rmsnorm_forward<T>(normed, rinv, input, (j % 2 == 0 ? y.attn_norm : y.mlp_norm).row(0));
-    // (3) out_j
-    Mat<T> out;
+    rmsnorm_forward<T>(s.normed, s.rinv, input, (j % 2 == 0 ? y.attn_norm : y.mlp_norm).row(0));
+    // (3) out_j, written as primitive j + 1
+    Mat<T>& out = prims[j + 1];
     if (j % 2 == 0) {
       // attention: this row's q, k (RoPE at position t) and v; k, v join the cache at row t
-      Mat<T> q, k, v, q_rot, k_rot;
-      linear_forward(q, normed, y.wq);
-      linear_forward(k, normed, y.wk);
-      linear_forward(v, normed, y.wv);
-      rope_forward_at(q_rot, q, t, cfg.n_head, state.rope);
-      rope_forward_at(k_rot, k, t, cfg.n_kv_head, state.rope);
-      state.k[l].row(t) = k_rot.row(0);
-      state.v[l].row(t) = v.row(0);
-      const Mat<T> attn = attend_row(q_rot, state.k[l], state.v[l], t, cfg.n_head, cfg.n_kv_head);
-      linear_forward(out, attn, y.wo);
+      linear_forward(s.q, s.normed, y.wq);
+      linear_forward(s.k, s.normed, y.wk);
+      linear_forward(s.v, s.normed, y.wv);
+      rope_forward_at(s.q_rot, s.q, t, cfg.n_head, state.rope);
+      rope_forward_at(s.k_rot, s.k, t, cfg.n_kv_head, state.rope);
+      state.k[l].row(t) = s.k_rot.row(0);
+      state.v[l].row(t) = s.v.row(0);
+      attend_row(s.attn, s.scores, s.q_rot, state.k[l], state.v[l], t, cfg.n_head, cfg.n_kv_head);
+      linear_forward(out, s.attn, y.wo);
     } else {
-      MlpSaved<T> mlp;
-      mlp_forward(out, mlp, normed, y.w_gate, y.w_up, y.w_down);
+      mlp_forward(out, s.mlp, s.normed, y.w_gate, y.w_up, y.w_down);
     }
     if (stream_mode(cfg.mode)) h += out;  // h_{j+1} = h_j + out_j
-    prims.push_back(std::move(out));
   }
   // (4) the final read; (5) final norm and the tied LM head
-  const Mat<T> final_in = stream_mode(cfg.mode) ? h : route_site(n_sub);
-  Mat<T> final_normed;
-  Vec<T> final_rinv;
-  rmsnorm_forward<T>(final_normed, final_rinv, final_in, p.final_norm.row(0));
+  const Mat<T>& final_in = stream_mode(cfg.mode) ? h : route_site(n_sub);
+  rmsnorm_forward<T>(s.final_normed, s.rinv, final_in, p.final_norm.row(0));
   state.n = t + 1;
-  return final_normed * p.embed.transpose();
+  return s.final_normed * p.embed.transpose();
 }
 
 #define MHAR_INSTANTIATE(T)                                                           \

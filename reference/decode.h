@@ -28,7 +28,8 @@
  * 4 query / 2 key-value heads, hd 32, T 128): 2·4·128·2·32 = 65,536 floats = 256 KiB. The
  * paper's 100M shape (L 12, d 512, 8 query / 4 key-value heads, hd 64, T 2048): 2·12·2048·4·64 =
  * 12,582,912 floats = 48 MiB. A step's scratch (the 2L + 1 sources of its position, one
- * attention row per head) is freed when it returns.
+ * attention row per head) holds nothing from one step to the next; it is kept in the state
+ * (DecodeState::Scratch) only to be reused without allocating.
  *
  * The step's logits equal those of model_logits on the same prefix (tests/test_decode.cpp: to
  * 1e-12 in double, every mode, every position). RoPE positions are those of the state: the
@@ -51,6 +52,18 @@ struct DecodeState {
   /// step needs no pow or sincos. A constant of the config (T × hd/2 twice), not a memory of
   /// past positions, so it is not counted in decode_state_scalars.
   RopeTable<T> rope;
+
+  /// One step's working rows, kept between steps only so that a step does not allocate them
+  /// again (Eigen reuses a matrix of the right size): their values mean nothing once a step has
+  /// returned, and they are not counted in decode_state_scalars. The names are decode_step's.
+  struct Scratch {
+    std::vector<Mat<T>> prims;  ///< [E, out_0 … out_{2L−1}] of this position, 1 × d each
+    Mat<T> h, input, normed, q, k, v, q_rot, k_rot, attn, routed, final_normed;
+    Vec<T> rinv;
+    RowVec<T> scores;
+    RoutingSaved<T> routing;
+    MlpSaved<T> mlp;
+  } scratch;
 };
 
 /// Scalars the state holds when full: 2 · L · T · n_kv_head · hd (the same in every mode).

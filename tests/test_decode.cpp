@@ -6,6 +6,7 @@
  */
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <limits>
 
 #include "decode.h"
 #include "perturbed.h"
@@ -138,6 +139,38 @@ TEST_CASE("a step reads the cached keys and values of earlier positions", "[deco
   CHECK((la - lb).cwiseAbs().maxCoeff() > 1e-6);
 }
 
+TEST_CASE("a step reads nothing of the scratch an earlier step left in the state", "[decode]") {
+  // DecodeState::Scratch is kept between steps only to be reused: poison all of it (NaN in every
+  // working row, routing's and the MLP's saved values, primitives of the wrong size) and the
+  // step must give the same bits, in every mode.
+  for (const Case& k : all_cases()) {
+    const Config& cfg = k.cfg;
+    Rng rng(990 + static_cast<int>(cfg.mode) * 5 + cfg.H);
+    const Params<double> p = perturbed(cfg, rng);
+    const std::vector<int> tokens = random_bytes(rng, 4);
+    DecodeState<double> clean = decode_start<double>(cfg);
+    decode_prefill(cfg, p, clean, {tokens.begin(), tokens.begin() + 2});
+    decode_step(cfg, p, clean, tokens[2]);  // the scratch now holds that step's rows
+    DecodeState<double> poisoned = clean;
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    auto& s = poisoned.scratch;
+    for (Mat<double>* m : {&s.h, &s.input, &s.normed, &s.q, &s.k, &s.v, &s.q_rot, &s.k_rot, &s.attn,
+                           &s.routed, &s.final_normed, &s.mlp.gate, &s.mlp.up})
+      m->setConstant(nan);
+    s.rinv.setConstant(nan);
+    s.scores.setConstant(nan);
+    for (auto& a : s.routing.alpha) a.setConstant(nan);
+    for (auto& r : s.routing.rinv) r.setConstant(nan);
+    for (auto& m : s.prims) m = Mat<double>::Constant(2, cfg.d + 1, nan);
+    REQUIRE_FALSE(s.prims.empty());
+    CAPTURE(k.name);
+    const RowVec<double> a = decode_step(cfg, p, clean, tokens[3]);
+    const RowVec<double> b = decode_step(cfg, p, poisoned, tokens[3]);
+    CHECK(a.allFinite());
+    CHECK((a.array() == b.array()).all());
+    for (int l = 0; l < cfg.L; ++l) CHECK((clean.k[l].array() == poisoned.k[l].array()).all());
+  }
+}
 TEST_CASE("the decode state's size is 2·L·T·n_kv_head·hd in every mode", "[decode]") {
   Config c;  // the default model: L 4, T 128, 2 key/value heads of width 32
   CHECK(decode_state_scalars(c) == 65536);
