@@ -113,8 +113,6 @@ RowVec<T> decode_step(const Config& cfg, const Params<T>& p, DecodeState<T>& sta
               p.embed.cols() == cfg.d && p.route_q.rows() == (cfg.routed() ? cfg.n_sites() : 0),
           "decode_step", "parameters do not match the config (", mode_name(cfg.mode),
           ", L = ", cfg.L, ", d = ", cfg.d, ")");
-  require(token >= 0 && token < cfg.vocab, "decode_step", "byte ", token,
-          " is outside the vocabulary [0, ", cfg.vocab, ")");
   const int n_sub = 2 * cfg.L, H = cfg.route_heads();
   // The step's working rows live in state.scratch only to be reused (see DecodeState::Scratch);
   // nothing in them is read before this step writes it.
@@ -123,8 +121,8 @@ RowVec<T> decode_step(const Config& cfg, const Params<T>& p, DecodeState<T>& sta
   // This position's primitives [E, out_0 … out_{2L−1}], 1 × d each.
   std::vector<Mat<T>>& prims = s.prims;
   prims.resize(n_sub + 1);
-  prims[0] = p.embed.row(token);  // E[token]
-  Mat<T>& h = s.h;                // the stream (residual, delta)
+  embedding_forward(prims[0], {token}, p.embed);  // E[token]
+  Mat<T>& h = s.h;                                // the stream (residual, delta)
   h = prims[0];
 
   // Routing site j over this position's own sources: no other position is read.

@@ -171,6 +171,7 @@ TEST_CASE("a step reads nothing of the scratch an earlier step left in the state
     for (int l = 0; l < cfg.L; ++l) CHECK((clean.k[l].array() == poisoned.k[l].array()).all());
   }
 }
+
 TEST_CASE("the decode state's size is 2·L·T·n_kv_head·hd in every mode", "[decode]") {
   Config c;  // the default model: L 4, T 128, 2 key/value heads of width 32
   CHECK(decode_state_scalars(c) == 65536);
