@@ -23,6 +23,7 @@
 #include "errors.h"
 #include "heatmap.h"
 #include "memory.h"
+#include "sampling.h"
 
 namespace mhar::toy {
 
@@ -82,21 +83,7 @@ SampleResult generate(const Checkpoint& ck, std::vector<int> window, const Sampl
   };
   from_scratch();
   for (int n = 0; n < o.length; ++n) {
-    int next = 0;
-    if (o.temperature == 0) {
-      logits.maxCoeff(&next);
-    } else {
-      // keep the top k logits, softmax at the temperature, draw
-      std::vector<int> idx(256);
-      for (int i = 0; i < 256; ++i) idx[i] = i;
-      const int k = o.top_k == 0 ? 256 : o.top_k;
-      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                        [&](int a, int b) { return logits(a) > logits(b); });
-      std::vector<double> w(k);
-      for (int i = 0; i < k; ++i)
-        w[i] = std::exp((logits(idx[i]) - logits(idx[0])) / o.temperature);
-      next = idx[std::discrete_distribution<int>(w.begin(), w.end())(gen)];
-    }
+    const int next = draw_byte(logits, o.top_k, o.temperature, gen);
     r.generated.push_back(static_cast<char>(next));
     if (n + 1 == o.length) break;  // no logits needed after the last byte
     window.push_back(next);
