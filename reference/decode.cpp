@@ -48,7 +48,16 @@ Mat<T> decode_prefill(const Config& cfg, const Params<T>& p, DecodeState<T>& sta
   c.T = n;
   Cache<T> cache;
   Mat<T> logits = model_logits<T>(c, p, tokens, 1, &cache);
-  state = decode_start<T>(cfg);
+  // A state already made for this config keeps its storage and RoPE table (sample restarts its
+  // window this way every T/2 bytes); rows n … T − 1 are left as they are, never read before a
+  // step writes them.
+  const int kv = cfg.n_kv_head * cfg.head_dim();
+  const bool fits = static_cast<int>(state.k.size()) == cfg.L &&
+                    static_cast<int>(state.v.size()) == cfg.L && state.k[0].rows() == cfg.T &&
+                    state.k[0].cols() == kv && state.v[0].rows() == cfg.T &&
+                    state.v[0].cols() == kv && state.rope.cos.rows() == cfg.T &&
+                    state.rope.cos.cols() == cfg.head_dim() / 2;
+  if (!fits) state = decode_start<T>(cfg);
   for (int l = 0; l < cfg.L; ++l) {
     state.k[l].topRows(n) = cache.k[l];  // after RoPE
     state.v[l].topRows(n) = cache.v[l];

@@ -172,6 +172,50 @@ TEST_CASE("a step reads nothing of the scratch an earlier step left in the state
   }
 }
 
+TEST_CASE("a prefill into a used state reads nothing of what it held", "[decode]") {
+  // sample restarts its window with decode_prefill into the state it has been stepping, which
+  // then keeps its storage: fill every row of that state with NaN, and a prefill and steps must
+  // give the same bits as from a fresh state, in every mode. A state made for another window
+  // length is made again.
+  for (const Case& k : all_cases()) {
+    const Config& cfg = k.cfg;
+    Rng rng(1010 + static_cast<int>(cfg.mode) * 3 + cfg.H);
+    const Params<double> p = perturbed(cfg, rng);
+    const std::vector<int> tokens = random_bytes(rng, cfg.T);
+    const int m = cfg.T / 2;
+    DecodeState<double> fresh = decode_start<double>(cfg);
+    const Mat<double> a = decode_prefill(cfg, p, fresh, {tokens.begin(), tokens.begin() + m});
+    DecodeState<double> used = decode_start<double>(cfg);
+    decode_prefill(cfg, p, used, {tokens.rbegin(), tokens.rbegin() + m});  // other bytes
+    while (used.n < cfg.T) decode_step(cfg, p, used, tokens[used.n]);      // the window is full
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    for (int l = 0; l < cfg.L; ++l) {
+      used.k[l].setConstant(nan);
+      used.v[l].setConstant(nan);
+    }
+    CAPTURE(k.name);
+    const Mat<double> b = decode_prefill(cfg, p, used, {tokens.begin(), tokens.begin() + m});
+    CHECK((a.array() == b.array()).all());
+    REQUIRE(used.n == m);
+    for (int t = m; t < cfg.T; ++t) {
+      const RowVec<double> la = decode_step(cfg, p, fresh, tokens[t]);
+      const RowVec<double> lb = decode_step(cfg, p, used, tokens[t]);
+      CHECK(la.allFinite());
+      CHECK((la.array() == lb.array()).all());
+    }
+  }
+  const Config cfg = small(Mode::Mhar, 2);
+  Rng rng(1019);
+  const Params<double> p = perturbed(cfg, rng);
+  Config shorter = cfg;
+  shorter.T = cfg.T / 2;
+  DecodeState<double> s = decode_start<double>(shorter);
+  decode_prefill(cfg, p, s, random_bytes(rng, cfg.T - 1));
+  REQUIRE(s.k[0].rows() == cfg.T);
+  CHECK(s.rope.cos.rows() == cfg.T);
+  CHECK(decode_step(cfg, p, s, 65).allFinite());
+}
+
 TEST_CASE("the decode state's size is 2·L·T·n_kv_head·hd in every mode", "[decode]") {
   Config c;  // the default model: L 4, T 128, 2 key/value heads of width 32
   CHECK(decode_state_scalars(c) == 65536);
