@@ -76,7 +76,8 @@ DecodeState<T> decode_start(const Config& cfg);
 /**
  * @brief Fills `state` (=) from a prompt of 1 … T bytes, in one batched forward (model_logits on
  * the prompt as one sequence). Returns the prompt's logits, tokens.size() × vocab; the last row
- * predicts the next byte. Throws ShapeError on an empty prompt, one longer than T, or a byte
+ * predicts the next byte. A state already made for this config keeps its storage and RoPE table
+ * (its old rows past the prompt are never read); any other is made again (decode_start). Throws ShapeError on an empty prompt, one longer than T, or a byte
  * outside the vocabulary.
  */
 template <typename T>
