@@ -61,6 +61,19 @@ double cpu_routing_backward_bytes(int N, int P, int d, int H) {
   return 4.0 * (3.0 * N * P * d + 2.0 * P * d + double(N) * P * H);
 }
 
+double cpu_step_routing_bytes(int L, int P, int d, int H) {
+  double bytes = 0;
+  for (int s = 0; s <= 2 * L; ++s)
+    bytes += cpu_routing_forward_bytes(s + 1, P, d, H) + cpu_routing_backward_bytes(s + 1, P, d, H);
+  return bytes;
+}
+
+double cpu_copy_gbps(long floats, int repeats) {
+  std::vector<float> src(static_cast<std::size_t>(floats), 1.0f), dst(src.size());
+  const double ms = best_ms({[&] { copy_loop(dst.data(), src.data(), floats); }}, repeats)[0];
+  return 8.0 * static_cast<double>(floats) / (ms * 1e6);
+}
+
 std::vector<CpuRoutingRow> bench_routing_cpu(int N, int P, int d, int H, int repeats,
                                              const std::vector<int>& threads) {
   require(N >= 1 && P >= 1 && d >= 1 && H >= 1 && d % H == 0, "bench routing",

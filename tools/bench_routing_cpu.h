@@ -35,6 +35,15 @@ double cpu_routing_forward_bytes(int N, int P, int d, int H);
 /// Bytes one routing backward moves (formula above).
 double cpu_routing_backward_bytes(int N, int P, int d, int H);
 
+/// Bytes the routing of one training step moves: the forward and the backward (formulas above)
+/// at each of the 2L + 1 sites of an attnres or mhar model, site s reading N = s + 1 sources of
+/// P × d (P = batch · T).
+double cpu_step_routing_bytes(int L, int P, int d, int H);
+
+/// GB/s (read and write bytes, as for "copy" above) of the copy loop over two buffers of `floats`
+/// floats each on the current OpenMP threads: the fastest of `repeats` calls after a warm-up.
+double cpu_copy_gbps(long floats, int repeats);
+
 /**
  * @brief For each thread count in `threads`: times the copy loop and both versions' forward
  *        and backward in float on random inputs, interleaved in rounds; one warm-up call each,

@@ -183,8 +183,11 @@ namespace {
 
 /// One timed training step per mode, the modes taking turns (so a change in the machine's load
 /// hits them alike); prints the median step time of each and its ratio to the first (residual).
-void print_step_table(const std::vector<Config>& configs, const std::vector<std::string>& labels,
-                      int batch, const std::vector<std::function<double()>>& runs, int repeats) {
+/// Returns the medians in seconds.
+std::vector<double> print_step_table(const std::vector<Config>& configs,
+                                     const std::vector<std::string>& labels, int batch,
+                                     const std::vector<std::function<double()>>& runs,
+                                     int repeats) {
   for (const auto& run : runs) run();  // warm-up: caches, allocations, cuBLAS heuristics
   std::vector<std::vector<double>> times(runs.size());
   for (int r = 0; r < repeats; ++r)
@@ -192,13 +195,32 @@ void print_step_table(const std::vector<Config>& configs, const std::vector<std:
   const double residual = median(times[0]);
   fmt::print("{:<10} {:>4} {:>12} {:>12} {:>14}\n", "mode", "H", "step (ms)", "tokens/s",
              "÷ residual");
+  std::vector<double> medians;
   for (std::size_t k = 0; k < runs.size(); ++k) {
     const Config& c = configs[k];
     const double s = median(times[k]);
+    medians.push_back(s);
     fmt::print("{:<10} {:>4} {:>12.2f} {:>12.0f} {:>13.3f}×\n", labels[k],
                c.mode == Mode::Residual ? std::string("-") : std::to_string(c.route_heads()),
                s * 1e3, batch * c.T / s, s / residual);
   }
+  return medians;
+}
+
+/// After the CPU table: what the mhar step's routing would cost if it moved its bytes at the speed
+/// of a copy too large for the caches (64 MiB a buffer; the step's activations do not fit either),
+/// measured now on the same threads, and the mhar ÷ residual ratio that would give. An estimate,
+/// not a bound: some sources are still in cache when a site reads them, and the step's medians
+/// carry the machine's noise.
+void print_routing_floor(const Config& mhar, int batch, double residual_s, int repeats) {
+  const double bytes = cpu_step_routing_bytes(mhar.L, batch * mhar.T, mhar.d, mhar.route_heads());
+  const double gbps = cpu_copy_gbps(16L << 20, repeats);
+  const double ms = bytes / (gbps * 1e6);
+  fmt::print(
+      "routing at copy speed: mhar's routing moves {:.1f} MB a step (forward + backward at its "
+      "{} sites, docs/kernels.md); a 64 MiB copy ran at {:.1f} GB/s, so that is {:.1f} ms, "
+      "mhar ÷ residual ≈ {:.3f}× if every byte came from memory\n",
+      bytes / 1e6, 2 * mhar.L + 1, gbps, ms, 1.0 + ms / (residual_s * 1e3));
 }
 
 /// residual, attnres, mhar variants of `base`, validated.
@@ -245,7 +267,8 @@ void bench_steps(const Config& base, int batch, int repeats, const std::string& 
       runs.push_back([benches, k] { return (*benches)[k]->run(); });
 #endif
   }
-  print_step_table(configs, labels, batch, runs, repeats);
+  const std::vector<double> medians = print_step_table(configs, labels, batch, runs, repeats);
+  if (device == "cpu") print_routing_floor(configs.back(), batch, medians[0], repeats);
 }
 
 #ifdef MHAR_WITH_CUDA

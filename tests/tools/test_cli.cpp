@@ -5,23 +5,24 @@
  *        figure formats (and a build without figures), and each bad input's message and exit
  *        code.
  */
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
-#include <fmt/format.h>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 #include <tuple>
 
+#include "bench_routing_cpu.h"
 #include "checkpoint.h"
 #include "figures.h"
 #include "memory.h"
@@ -575,6 +576,25 @@ TEST_CASE("sample: the same greedy text with and without the decode cache, past 
                              "last 32 bytes are read"));
   CHECK_THAT(r.out, Contains("bytes/s (cache: prefill, then one step a byte; 3 window slides to "
                              "the last 16 of T = 32 bytes)"));
+}
+
+TEST_CASE("bench step --device cpu times each mode and what routing at copy speed would add",
+          "[cli][bench]") {
+  // The bytes: forward 4·(N·P·d + P·d + N·P·H) and backward 4·(3·N·P·d + 2·P·d + N·P·H) at sites
+  // N = 1 … 2L + 1. L = 1, P = 8, d = 4, H = 2, so ΣN = 6 over 3 sites:
+  // forward 4·(6·32 + 3·32 + 6·16) = 1536, backward 4·(3·6·32 + 3·64 + 6·16) = 3456.
+  CHECK(mhar::toy::cpu_step_routing_bytes(1, 8, 4, 2) == 1536.0 + 3456.0);
+  const Result r =
+      toy("bench step --device cpu --d 16 -L 1 --n-head 2 --n-kv-head 1 --ffn 16 -T 8 -B 2 "
+          "-H 2 --repeats 1 --threads 1");
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  for (const std::string mode : {"residual", "attnres", "mhar"})
+    CHECK_THAT(r.out, Contains("\n" + mode + " "));
+  // L = 1, P = 16, d = 16, H = 2: 4·(6·256 + 3·256 + 6·32) + 4·(18·256 + 6·256 + 6·32) bytes
+  CHECK_THAT(r.out, Contains(fmt::format("mhar's routing moves {:.1f} MB a step",
+                                         mhar::toy::cpu_step_routing_bytes(1, 16, 16, 2) / 1e6)));
+  CHECK_THAT(r.out, Contains("a 64 MiB copy ran at"));
 }
 
 TEST_CASE("bench routing --device cpu times copy and both routing versions on 1 and 2 threads",
