@@ -37,6 +37,24 @@ DecodeState<T> decode_start(const Config& cfg) {
   return s;
 }
 
+namespace {
+
+/// Whether `state` was made by decode_start for this config: L layers of T × (n_kv_head · hd)
+/// keys and values, and a RoPE table for T positions of width hd.
+template <typename T>
+bool made_for(const DecodeState<T>& state, const Config& cfg) {
+  const int kv = cfg.n_kv_head * cfg.head_dim();
+  if (static_cast<int>(state.k.size()) != cfg.L || static_cast<int>(state.v.size()) != cfg.L)
+    return false;
+  for (int l = 0; l < cfg.L; ++l)
+    if (state.k[l].rows() != cfg.T || state.k[l].cols() != kv || state.v[l].rows() != cfg.T ||
+        state.v[l].cols() != kv)
+      return false;
+  return state.rope.cos.rows() == cfg.T && state.rope.cos.cols() == cfg.head_dim() / 2;
+}
+
+}  // namespace
+
 template <typename T>
 Mat<T> decode_prefill(const Config& cfg, const Params<T>& p, DecodeState<T>& state,
                       const std::vector<int>& tokens) {
@@ -51,13 +69,7 @@ Mat<T> decode_prefill(const Config& cfg, const Params<T>& p, DecodeState<T>& sta
   // A state already made for this config keeps its storage and RoPE table (sample restarts its
   // window this way every T/2 bytes); rows n … T − 1 are left as they are, never read before a
   // step writes them.
-  const int kv = cfg.n_kv_head * cfg.head_dim();
-  const bool fits = static_cast<int>(state.k.size()) == cfg.L &&
-                    static_cast<int>(state.v.size()) == cfg.L && state.k[0].rows() == cfg.T &&
-                    state.k[0].cols() == kv && state.v[0].rows() == cfg.T &&
-                    state.v[0].cols() == kv && state.rope.cos.rows() == cfg.T &&
-                    state.rope.cos.cols() == cfg.head_dim() / 2;
-  if (!fits) state = decode_start<T>(cfg);
+  if (!made_for(state, cfg)) state = decode_start<T>(cfg);
   for (int l = 0; l < cfg.L; ++l) {
     state.k[l].topRows(n) = cache.k[l];  // after RoPE
     state.v[l].topRows(n) = cache.v[l];
@@ -115,9 +127,8 @@ RowVec<T> decode_step(const Config& cfg, const Params<T>& p, DecodeState<T>& sta
   const int t = state.n;  // this byte's position
   require(t >= 0 && t < cfg.T, "decode_step", "the state already holds T = ", cfg.T,
           " positions: the window is full (start again from the bytes to keep, decode_prefill)");
-  require(static_cast<int>(state.k.size()) == cfg.L && static_cast<int>(state.v.size()) == cfg.L &&
-              state.k[0].rows() == cfg.T,
-          "decode_step", "the state was made for another config (use decode_start(cfg))");
+  require(made_for(state, cfg), "decode_step",
+          "the state was made for another config (use decode_start(cfg))");
   require(static_cast<int>(p.layers.size()) == cfg.L && p.embed.rows() == cfg.vocab &&
               p.embed.cols() == cfg.d && p.route_q.rows() == (cfg.routed() ? cfg.n_sites() : 0),
           "decode_step", "parameters do not match the config (", mode_name(cfg.mode),

@@ -4,8 +4,6 @@
  */
 #include "sampling.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -36,8 +34,7 @@ int key_byte(std::uint64_t key) {
 
 int draw_byte(const RowVec<float>& logits, int top_k, double temperature, std::mt19937_64& gen) {
   const int V = static_cast<int>(logits.cols());
-  if (V < 1 || V > 256)
-    throw std::invalid_argument(fmt::format("draw_byte: {} logits, expected 1 … 256 (bytes)", V));
+  require(V >= 1 && V <= 256, "draw_byte", V, " logits, expected 1 … 256 (bytes)");
   if (!logits.allFinite())
     throw std::runtime_error(
         "sample: the model's logits are not finite (its weights overflow on this context)");

@@ -22,7 +22,9 @@ namespace mhar::toy {
  * The ranking is the same as sorting all the bytes by logit and keeping the first k, so a seed
  * draws what it drew before this function (which sorted with std::partial_sort, 7 µs a byte);
  * it selects the k first (std::nth_element), then sorts only them, on 64-bit keys that order
- * like (logit, −byte).
+ * like (logit, −byte). Integer keys, not a comparator on the logits: with a comparator the same
+ * selection and sort took as long as the partial_sort did (perf, 10,000 bytes). Throws ShapeError
+ * for none or more than 256 logits, std::runtime_error when one is not finite.
  */
 int draw_byte(const RowVec<float>& logits, int top_k, double temperature, std::mt19937_64& gen);
 
