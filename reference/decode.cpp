@@ -56,26 +56,34 @@ bool made_for(const DecodeState<T>& state, const Config& cfg) {
 }  // namespace
 
 template <typename T>
-Mat<T> decode_prefill(const Config& cfg, const Params<T>& p, DecodeState<T>& state,
-                      const std::vector<int>& tokens) {
+RowVec<T> decode_prefill(const Config& cfg, const Params<T>& p, DecodeState<T>& state,
+                         const std::vector<int>& tokens) {
   const int n = static_cast<int>(tokens.size());
   require(n >= 1 && n <= cfg.T, "decode_prefill", "the prompt must hold 1 … T = ", cfg.T,
           " bytes, got ", n);
-  // The batched forward over the prompt as one sequence of n positions (positions 0 … n−1).
-  Config c = cfg;
-  c.T = n;
-  Cache<T> cache;
-  Mat<T> logits = model_logits<T>(c, p, tokens, 1, &cache);
+  for (int i = 0; i < n; ++i)  // before the state is touched, so a bad prompt leaves it as it was
+    require(tokens[i] >= 0 && tokens[i] < cfg.vocab, "decode_prefill", "byte ", tokens[i],
+            " at position ", i, " is outside the vocabulary [0, ", cfg.vocab, ")");
   // A state already made for this config keeps its storage and RoPE table (sample restarts its
   // window this way every T/2 bytes); rows n … T − 1 are left as they are, never read before a
   // step writes them.
   if (!made_for(state, cfg)) state = decode_start<T>(cfg);
-  for (int l = 0; l < cfg.L; ++l) {
-    state.k[l].topRows(n) = cache.k[l];  // after RoPE
-    state.v[l].topRows(n) = cache.v[l];
+  // Positions 0 … n − 2: the batched forward over them as one sequence, only as far as the last
+  // layer's keys and values (model_keys_values). Nothing after those is needed of these
+  // positions: later positions read their keys and values, never their outputs.
+  if (n > 1) {
+    Config c = cfg;
+    c.T = n - 1;
+    Cache<T> cache;
+    model_keys_values<T>(c, p, std::vector<int>(tokens.begin(), tokens.end() - 1), cache);
+    for (int l = 0; l < cfg.L; ++l) {
+      state.k[l].topRows(n - 1) = cache.k[l];  // after RoPE
+      state.v[l].topRows(n - 1) = cache.v[l];
+    }
   }
-  state.n = n;
-  return logits;
+  state.n = n - 1;
+  // Position n − 1, the last byte: a step, which gives the logits of the next byte.
+  return decode_step<T>(cfg, p, state, tokens.back());
 }
 
 namespace {
@@ -200,10 +208,10 @@ RowVec<T> decode_step(const Config& cfg, const Params<T>& p, DecodeState<T>& sta
   return s.final_normed * p.embed.transpose();
 }
 
-#define MHAR_INSTANTIATE(T)                                                           \
-  template DecodeState<T> decode_start<T>(const Config&);                             \
-  template Mat<T> decode_prefill<T>(const Config&, const Params<T>&, DecodeState<T>&, \
-                                    const std::vector<int>&);                         \
+#define MHAR_INSTANTIATE(T)                                                              \
+  template DecodeState<T> decode_start<T>(const Config&);                                \
+  template RowVec<T> decode_prefill<T>(const Config&, const Params<T>&, DecodeState<T>&, \
+                                       const std::vector<int>&);                         \
   template RowVec<T> decode_step<T>(const Config&, const Params<T>&, DecodeState<T>&, int);
 MHAR_INSTANTIATE(float)
 MHAR_INSTANTIATE(double)

@@ -7,8 +7,8 @@
  * model_forward computes every position of a window at once. To generate text byte by byte it
  * would recompute the whole window for each new byte. Here the forward is split by position:
  *
- *   decode_prefill  runs the ordinary batched forward over a prompt and keeps, per layer, the keys
- *                   and values (after RoPE) of its positions;
+ *   decode_prefill  runs the ordinary batched forward over a prompt, as far as the last layer's
+ *                   keys and values, keeps them per layer (after RoPE), and steps the last byte;
  *   decode_step     takes one new byte at position t = state.n and computes only that position:
  *                   its embedding E, then for j = 0 … 2L−1 routing site j over this position's
  *                   own sources [E, out_0 … out_{j−1}] (grouped by the mode), RMSNorm, and for
@@ -74,15 +74,16 @@ template <typename T>
 DecodeState<T> decode_start(const Config& cfg);
 
 /**
- * @brief Fills `state` (=) from a prompt of 1 … T bytes, in one batched forward (model_logits on
- * the prompt as one sequence). Returns the prompt's logits, tokens.size() × vocab; the last row
- * predicts the next byte. A state already made for this config keeps its storage and RoPE table
- * (its old rows past the prompt are never read); any other is made again (decode_start). Throws ShapeError on an empty prompt, one longer than T, or a byte
- * outside the vocabulary.
+ * @brief Fills `state` (=) from a prompt of 1 … T bytes and returns the logits (1 × vocab) of the
+ * byte after it. Bytes 0 … n − 2 go through one batched forward (model_keys_values: model_logits's
+ * forward as far as the last layer's keys and values, all a later position reads of them); the
+ * last byte is a decode_step. A state already made for this config keeps its storage and RoPE
+ * table (its old rows past the prompt are never read); any other is made again (decode_start).
+ * Throws ShapeError on an empty prompt, one longer than T, or a byte outside the vocabulary.
  */
 template <typename T>
-Mat<T> decode_prefill(const Config& cfg, const Params<T>& p, DecodeState<T>& state,
-                      const std::vector<int>& tokens);
+RowVec<T> decode_prefill(const Config& cfg, const Params<T>& p, DecodeState<T>& state,
+                         const std::vector<int>& tokens);
 
 /**
  * @brief One new byte at position state.n: appends its keys and values to the state and returns

@@ -310,10 +310,11 @@ void check_tokens(const Config& cfg, const std::vector<int>& tokens, int B, cons
           tokens.size(), " entries, expected B·T = ", B * cfg.T);
 }
 
-/// Steps (1)–(5) up to the final norm's output, filling the cache.
+/// Steps (1)–(5) up to the final norm's output, filling the cache. With kv_only, it stops once
+/// the last layer's keys and values are in c.k and c.v (model_keys_values).
 template <typename T>
 void forward_hidden(const Config& cfg, const Params<T>& p, const std::vector<int>& tokens, int B,
-                    Cache<T>& c) {
+                    Cache<T>& c, bool kv_only = false) {
   cfg.validate();
   check_tokens<T>(cfg, tokens, B, "tokens");
   require(static_cast<int>(p.layers.size()) == cfg.L && p.embed.rows() == cfg.vocab &&
@@ -373,11 +374,12 @@ void forward_hidden(const Config& cfg, const Params<T>& p, const std::vector<int
     if (j % 2 == 0) {
       // attention: q, k with RoPE, v; causal GQA; output projection
       Mat<T> q, k;
-      linear_forward(q, c.normed[j], y.wq);
       linear_forward(k, c.normed[j], y.wk);
       linear_forward(c.v[l], c.normed[j], y.wv);
-      rope_forward(c.q[l], q, cfg.T, cfg.n_head);
       rope_forward(c.k[l], k, cfg.T, cfg.n_kv_head);
+      if (kv_only && l == L - 1) return;  // all a decoder's prefill needs of these positions
+      linear_forward(q, c.normed[j], y.wq);
+      rope_forward(c.q[l], q, cfg.T, cfg.n_head);
       attention_forward(c.attn[l], c.probs[l], c.q[l], c.k[l], c.v[l], B, cfg.T, cfg.n_head,
                         cfg.n_kv_head);
       linear_forward(out, c.attn[l], y.wo);
@@ -418,6 +420,12 @@ Mat<T> model_logits(const Config& cfg, const Params<T>& p, const std::vector<int
   Cache<T>& c = cache ? *cache : local;
   forward_hidden(cfg, p, tokens, B, c);
   return c.final_normed * p.embed.transpose();
+}
+
+template <typename T>
+void model_keys_values(const Config& cfg, const Params<T>& p, const std::vector<int>& tokens,
+                       Cache<T>& cache) {
+  forward_hidden(cfg, p, tokens, 1, cache, /*kv_only=*/true);
 }
 
 // ---- Backward ---------------------------------------------------------------------------------
@@ -568,6 +576,8 @@ Params<T> convert_residual_to_delta(Config& delta_cfg, const Config& residual_cf
                               const std::vector<int>&, int, Cache<T>*);                           \
   template Mat<T> model_logits<T>(const Config&, const Params<T>&, const std::vector<int>&, int,  \
                                   Cache<T>*);                                                     \
+  template void model_keys_values<T>(const Config&, const Params<T>&, const std::vector<int>&,    \
+                                     Cache<T>&);                                                  \
   template void model_backward<T>(Params<T>&, const Config&, const Params<T>&, const Cache<T>&);  \
   template Params<T> convert_residual_to_delta<T>(Config&, const Config&, const Params<T>&, int,  \
                                                   int);

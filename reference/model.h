@@ -166,6 +166,15 @@ template <typename T>
 Mat<T> model_logits(const Config& cfg, const Params<T>& p, const std::vector<int>& tokens, int B,
                     Cache<T>* cache = nullptr);
 
+/**
+ * @brief The forward of one sequence (tokens: cfg.T bytes) only as far as every layer's keys and
+ * values, for a decoder's prefill (decode.h): cache.k and cache.v (after RoPE) are those of
+ * model_logits, and the rest of the last layer, the final read and the head are not computed.
+ */
+template <typename T>
+void model_keys_values(const Config& cfg, const Params<T>& p, const std::vector<int>& tokens,
+                       Cache<T>& cache);
+
 /// Backward pass: grads (=) receives ∂loss/∂θ for every parameter, from the forward's cache.
 template <typename T>
 void model_backward(Params<T>& grads, const Config& cfg, const Params<T>& p, const Cache<T>& cache);

@@ -103,15 +103,13 @@ TEST_CASE("prefill followed by steps equals steps alone", "[decode]") {
     DecodeState<double> alone = decode_start<double>(cfg);
     std::vector<RowVec<double>> alone_logits;
     for (int t = 0; t < cfg.T; ++t) alone_logits.push_back(decode_step(cfg, p, alone, tokens[t]));
-    for (int m : {1, 5, cfg.T - 1}) {
+    for (int m : {1, 2, 5, cfg.T - 1, cfg.T}) {
       CAPTURE(k.name, m);
       DecodeState<double> s = decode_start<double>(cfg);
-      const Mat<double> pre = decode_prefill(cfg, p, s, {tokens.begin(), tokens.begin() + m});
-      REQUIRE(pre.rows() == m);
+      const RowVec<double> pre = decode_prefill(cfg, p, s, {tokens.begin(), tokens.begin() + m});
+      REQUIRE(pre.cols() == cfg.vocab);
       REQUIRE(s.n == m);
-      double worst = 0;
-      for (int t = 0; t < m; ++t)
-        worst = std::max(worst, (pre.row(t) - alone_logits[t]).cwiseAbs().maxCoeff());
+      double worst = (pre - alone_logits[m - 1]).cwiseAbs().maxCoeff();  // the next byte's
       for (int t = m; t < cfg.T; ++t)
         worst = std::max(
             worst, (decode_step(cfg, p, s, tokens[t]) - alone_logits[t]).cwiseAbs().maxCoeff());
@@ -121,6 +119,27 @@ TEST_CASE("prefill followed by steps equals steps alone", "[decode]") {
                              (s.v[l] - alone.v[l]).cwiseAbs().maxCoeff()});
       CHECK(worst <= 1e-12);
       CHECK(worst_kv <= 1e-12);
+    }
+  }
+}
+
+TEST_CASE("model_keys_values gives model_logits's keys and values, bit for bit", "[decode]") {
+  // The prefill's batched pass stops after the last layer's keys and values; what it keeps must
+  // be exactly what the whole forward computes, in every mode.
+  for (const Case& k : all_cases()) {
+    const Config& cfg = k.cfg;
+    Rng rng(930 + static_cast<int>(cfg.mode) * 11 + cfg.H);
+    const Params<double> p = perturbed(cfg, rng);
+    const std::vector<int> tokens = random_bytes(rng, cfg.T);
+    Cache<double> whole, kv;
+    model_logits<double>(cfg, p, tokens, 1, &whole);
+    model_keys_values<double>(cfg, p, tokens, kv);
+    CAPTURE(k.name);
+    REQUIRE(kv.k.size() == static_cast<std::size_t>(cfg.L));
+    for (int l = 0; l < cfg.L; ++l) {
+      REQUIRE(kv.k[l].rows() == cfg.T);
+      CHECK((kv.k[l].array() == whole.k[l].array()).all());
+      CHECK((kv.v[l].array() == whole.v[l].array()).all());
     }
   }
 }
@@ -184,7 +203,7 @@ TEST_CASE("a prefill into a used state reads nothing of what it held", "[decode]
     const std::vector<int> tokens = random_bytes(rng, cfg.T);
     const int m = cfg.T / 2;
     DecodeState<double> fresh = decode_start<double>(cfg);
-    const Mat<double> a = decode_prefill(cfg, p, fresh, {tokens.begin(), tokens.begin() + m});
+    const RowVec<double> a = decode_prefill(cfg, p, fresh, {tokens.begin(), tokens.begin() + m});
     DecodeState<double> used = decode_start<double>(cfg);
     decode_prefill(cfg, p, used, {tokens.rbegin(), tokens.rbegin() + m});  // other bytes
     while (used.n < cfg.T) decode_step(cfg, p, used, tokens[used.n]);      // the window is full
@@ -194,7 +213,7 @@ TEST_CASE("a prefill into a used state reads nothing of what it held", "[decode]
       used.v[l].setConstant(nan);
     }
     CAPTURE(k.name);
-    const Mat<double> b = decode_prefill(cfg, p, used, {tokens.begin(), tokens.begin() + m});
+    const RowVec<double> b = decode_prefill(cfg, p, used, {tokens.begin(), tokens.begin() + m});
     CHECK((a.array() == b.array()).all());
     REQUIRE(used.n == m);
     for (int t = m; t < cfg.T; ++t) {
@@ -243,6 +262,15 @@ TEST_CASE("decode: bad input gets a clear error", "[decode][bad-input]") {
   CHECK_THROWS_WITH(decode_prefill(cfg, p, s, {}), Contains("1 … T = 12"));
   CHECK_THROWS_WITH(decode_prefill(cfg, p, s, std::vector<int>(13, 65)), Contains("got 13"));
   CHECK_THROWS_WITH(decode_step(cfg, p, s, 256), Contains("outside the vocabulary"));
+  // a bad byte anywhere in a prompt, first or last, is refused before the state is touched
+  decode_prefill(cfg, p, s, {65, 66, 67});
+  const DecodeState<double> before = s;
+  for (const std::vector<int>& bad :
+       {std::vector<int>{256, 65, 66}, std::vector<int>{65, 66, -1}}) {
+    CHECK_THROWS_WITH(decode_prefill(cfg, p, s, bad), Contains("outside the vocabulary"));
+    CHECK(s.n == before.n);
+    for (int l = 0; l < cfg.L; ++l) CHECK((s.k[l].array() == before.k[l].array()).all());
+  }
   decode_prefill(cfg, p, s, std::vector<int>(12, 65));
   CHECK_THROWS_WITH(decode_step(cfg, p, s, 65), Contains("the window is full"));
   DecodeState<double> other = decode_start<double>(small(Mode::Block, 2, 2, 2));

@@ -75,8 +75,7 @@ SampleResult generate(const Checkpoint& ck, std::vector<int> window, const Sampl
   RowVec<float> logits;
   auto from_scratch = [&] {  // the logits after the whole window
     if (o.cache) {
-      const Mat<float> all = decode_prefill<float>(cfg, ck.params, state, window);
-      logits = all.row(all.rows() - 1);
+      logits = decode_prefill<float>(cfg, ck.params, state, window);
     } else {
       logits = next_logits(ck, window);
     }
