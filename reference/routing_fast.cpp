@@ -80,10 +80,13 @@ template <typename T>
 using Out = Eigen::Map<Lanes<T>>;
 
 /// Rows of a sub-block: as many positions as keep their N source rows in about 256 KB of cache
-/// (1 … kRoutingBlock). Fixed by N, d and the scalar's size alone.
-Eigen::Index sub_block_rows(std::size_t N, Eigen::Index d, std::size_t scalar_bytes) {
+/// (1 … kRoutingBlock), and no more than the P there are (so the per-position scratch of one
+/// decode step is one row, not kRoutingBlock). Fixed by N, d, P and the scalar's size alone;
+/// a block of P < kRoutingBlock positions is one sub-block either way.
+Eigen::Index sub_block_rows(std::size_t N, Eigen::Index d, Eigen::Index P,
+                            std::size_t scalar_bytes) {
   const auto rows = static_cast<Eigen::Index>((256 * 1024) / (N * d * scalar_bytes));
-  return std::clamp<Eigen::Index>(rows, 1, kRoutingBlock);
+  return std::clamp<Eigen::Index>(rows, 1, std::min(P, kRoutingBlock));
 }
 
 /// Rounds n up to a whole number of vector steps.
@@ -181,7 +184,7 @@ void routing_forward_fast(Mat<T>& out, RoutingSaved<T>& saved, std::span<const M
   // Position p's z_i[h], then α_i[h], at w_p[i·H + h]; each position's N·H values are padded with
   // zeros to a whole number of vector steps, so the exp of step (3) runs as vectors only.
   const std::size_t NHp = whole_lanes(NH);
-  const Eigen::Index R = sub_block_rows(N, d, sizeof(T));
+  const Eigen::Index R = sub_block_rows(N, d, P, sizeof(T));
   Scratch<T> scratch(NHp * R);  // R positions' w_p
 
   for_each_block(blocks, worth_threads(N, P, d), [&](Eigen::Index b) {
@@ -278,7 +281,7 @@ void routing_backward_fast(std::span<Mat<T>> dsources, Eigen::Ref<RowVec<T>> dq,
   // Row b: Σ over block b's positions and all sources of dzr_i[h(c)] · S_i[p, c], where
   // dzr = r_i · dz_i; dq and dg are this times g and q (from (2)). blocks × d.
   Mat<T> partial = Mat<T>::Zero(blocks, d);
-  const Eigen::Index R = sub_block_rows(N, d, sizeof(T));
+  const Eigen::Index R = sub_block_rows(N, d, P, sizeof(T));
   // D[p][h] for the R positions of a sub-block, then a[h], kp[h], dzr[h]
   Scratch<T> scratch(static_cast<std::size_t>(H) * (R + 3));
 
