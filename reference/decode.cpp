@@ -61,9 +61,8 @@ RowVec<T> decode_prefill(const Config& cfg, const Params<T>& p, DecodeState<T>& 
   const int n = static_cast<int>(tokens.size());
   require(n >= 1 && n <= cfg.T, "decode_prefill", "the prompt must hold 1 … T = ", cfg.T,
           " bytes, got ", n);
-  for (int i = 0; i < n; ++i)  // before the state is touched, so a bad prompt leaves it as it was
-    require(tokens[i] >= 0 && tokens[i] < cfg.vocab, "decode_prefill", "byte ", tokens[i],
-            " at position ", i, " is outside the vocabulary [0, ", cfg.vocab, ")");
+  // before the state is touched, so that a bad prompt leaves it as it was
+  require_in_vocabulary(tokens, cfg.vocab, "decode_prefill");
   // A state already made for this config keeps its storage and RoPE table (sample restarts its
   // window this way every T/2 bytes); rows n … T − 1 are left as they are, never read before a
   // step writes them.

@@ -286,15 +286,19 @@ void mlp_backward(Mat<T>& dx, Mat<T>& dw_gate, Mat<T>& dw_up, Mat<T>& dw_down, c
 
 // ---- Embedding -------------------------------------------------------------------------------
 
+void require_in_vocabulary(const std::vector<int>& tokens, long vocab, const char* who) {
+  for (std::size_t p = 0; p < tokens.size(); ++p)
+    require(tokens[p] >= 0 && tokens[p] < vocab, who, "token ", tokens[p], " at position ", p,
+            " is outside the vocabulary [0, ", vocab, ")");
+}
+
 template <typename T>
 void embedding_forward(Mat<T>& x, const std::vector<int>& tokens, const Mat<T>& E) {
   require(!tokens.empty(), "embedding", "needs at least one token");
+  require_in_vocabulary(tokens, E.rows(), "embedding");
   x.resize(static_cast<Eigen::Index>(tokens.size()), E.cols());
-  for (std::size_t p = 0; p < tokens.size(); ++p) {
-    require(tokens[p] >= 0 && tokens[p] < E.rows(), "embedding", "token ", tokens[p],
-            " at position ", p, " is outside the vocabulary [0, ", E.rows(), ")");
+  for (std::size_t p = 0; p < tokens.size(); ++p)
     x.row(static_cast<Eigen::Index>(p)) = E.row(tokens[p]);  // x[p] = E[token_p]
-  }
 }
 
 template <typename T>

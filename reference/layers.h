@@ -107,6 +107,9 @@ void mlp_backward(Mat<T>& dx, Mat<T>& dw_gate, Mat<T>& dw_up, Mat<T>& dw_down, c
 
 // ---- Embedding and the tied LM head ---------------------------------------------------------
 
+/// Throws ShapeError, naming `who`, the first token outside [0, vocab) and its position.
+void require_in_vocabulary(const std::vector<int>& tokens, long vocab, const char* who);
+
 /// x: P × d (=), x[p] = E[tokens[p]]; E: vocab × d. Throws on a token outside [0, vocab).
 template <typename T>
 void embedding_forward(Mat<T>& x, const std::vector<int>& tokens, const Mat<T>& E);

@@ -372,12 +372,13 @@ void forward_hidden(const Config& cfg, const Params<T>& p, const std::vector<int
     // (3) out_j
     Mat<T> out;
     if (j % 2 == 0) {
-      // attention: q, k with RoPE, v; causal GQA; output projection
+      // attention: k (with RoPE) and v, then q (with RoPE); causal GQA; output projection.
+      // k and v come first because they are all a decoder's prefill keeps of the last layer.
       Mat<T> q, k;
       linear_forward(k, c.normed[j], y.wk);
       linear_forward(c.v[l], c.normed[j], y.wv);
       rope_forward(c.k[l], k, cfg.T, cfg.n_kv_head);
-      if (kv_only && l == L - 1) return;  // all a decoder's prefill needs of these positions
+      if (kv_only && l == L - 1) return;  // model_keys_values: the prefill has what it needs
       linear_forward(q, c.normed[j], y.wq);
       rope_forward(c.q[l], q, cfg.T, cfg.n_head);
       attention_forward(c.attn[l], c.probs[l], c.q[l], c.k[l], c.v[l], B, cfg.T, cfg.n_head,

@@ -53,6 +53,18 @@ struct Case {
   Config cfg;
 };
 
+/// A test's random inputs for one case: perturbed parameters, then n random bytes, drawn in that
+/// order from Rng(base + mode · stride + H), so that each test and case has its own draw.
+struct Drawn {
+  Params<double> p;
+  std::vector<int> tokens;
+};
+Drawn draw(const Config& cfg, int base, int stride, int n) {
+  Rng rng(base + static_cast<int>(cfg.mode) * stride + cfg.H);
+  Params<double> p = perturbed(cfg, rng);
+  return {std::move(p), random_bytes(rng, n)};
+}
+
 std::vector<Case> all_cases() {
   const int d = small(Mode::Mhar).d;
   return {
@@ -71,9 +83,7 @@ std::vector<Case> all_cases() {
 TEST_CASE("decode step equals the full forward on every prefix, every mode (double)", "[decode]") {
   for (const Case& k : all_cases()) {
     const Config& cfg = k.cfg;
-    Rng rng(900 + static_cast<int>(cfg.mode) * 13 + cfg.H);
-    const Params<double> p = perturbed(cfg, rng);
-    const std::vector<int> tokens = random_bytes(rng, cfg.T);
+    const auto [p, tokens] = draw(cfg, 900, 13, cfg.T);
     DecodeState<double> state = decode_start<double>(cfg);
     double worst = 0, worst_prev = 1e300;
     for (int t = 0; t < cfg.T; ++t) {
@@ -97,9 +107,7 @@ TEST_CASE("decode step equals the full forward on every prefix, every mode (doub
 TEST_CASE("prefill followed by steps equals steps alone", "[decode]") {
   for (const Case& k : all_cases()) {
     const Config& cfg = k.cfg;
-    Rng rng(950 + static_cast<int>(cfg.mode) * 7 + cfg.H);
-    const Params<double> p = perturbed(cfg, rng);
-    const std::vector<int> tokens = random_bytes(rng, cfg.T);
+    const auto [p, tokens] = draw(cfg, 950, 7, cfg.T);
     DecodeState<double> alone = decode_start<double>(cfg);
     std::vector<RowVec<double>> alone_logits;
     for (int t = 0; t < cfg.T; ++t) alone_logits.push_back(decode_step(cfg, p, alone, tokens[t]));
@@ -128,9 +136,7 @@ TEST_CASE("model_keys_values gives model_logits's keys and values, bit for bit",
   // be exactly what the whole forward computes, in every mode.
   for (const Case& k : all_cases()) {
     const Config& cfg = k.cfg;
-    Rng rng(930 + static_cast<int>(cfg.mode) * 11 + cfg.H);
-    const Params<double> p = perturbed(cfg, rng);
-    const std::vector<int> tokens = random_bytes(rng, cfg.T);
+    const auto [p, tokens] = draw(cfg, 930, 11, cfg.T);
     Cache<double> whole, kv;
     model_logits<double>(cfg, p, tokens, 1, &whole);
     model_keys_values<double>(cfg, p, tokens, kv);
@@ -164,9 +170,7 @@ TEST_CASE("a step reads nothing of the scratch an earlier step left in the state
   // step must give the same bits, in every mode.
   for (const Case& k : all_cases()) {
     const Config& cfg = k.cfg;
-    Rng rng(990 + static_cast<int>(cfg.mode) * 5 + cfg.H);
-    const Params<double> p = perturbed(cfg, rng);
-    const std::vector<int> tokens = random_bytes(rng, 4);
+    const auto [p, tokens] = draw(cfg, 990, 5, 4);
     DecodeState<double> clean = decode_start<double>(cfg);
     decode_prefill(cfg, p, clean, {tokens.begin(), tokens.begin() + 2});
     decode_step(cfg, p, clean, tokens[2]);  // the scratch now holds that step's rows
@@ -198,9 +202,7 @@ TEST_CASE("a prefill into a used state reads nothing of what it held", "[decode]
   // length is made again.
   for (const Case& k : all_cases()) {
     const Config& cfg = k.cfg;
-    Rng rng(1010 + static_cast<int>(cfg.mode) * 3 + cfg.H);
-    const Params<double> p = perturbed(cfg, rng);
-    const std::vector<int> tokens = random_bytes(rng, cfg.T);
+    const auto [p, tokens] = draw(cfg, 1010, 3, cfg.T);
     const int m = cfg.T / 2;
     DecodeState<double> fresh = decode_start<double>(cfg);
     const RowVec<double> a = decode_prefill(cfg, p, fresh, {tokens.begin(), tokens.begin() + m});
