@@ -1,0 +1,146 @@
+/**
+ * @file routing_blocks.h
+ * @brief What CPU routing versions 2 (routing_fast.cpp) and 3 (routing_stack.cpp) share: blocks
+ *        of positions across OpenMP threads, sub-blocks whose rows stay in cache, per-head sums
+ *        in fixed-size vector steps, and per-thread scratch. Internal to reference/.
+ */
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "routing_fast.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace mhar::routing_blocks {
+
+/// Run the block loop on threads only when there is enough work to pay for waking them
+/// (about 64 K source values). Only the speed depends on this, never the result.
+inline bool worth_threads(std::size_t N, Eigen::Index P, Eigen::Index d) {
+  return static_cast<double>(N) * static_cast<double>(P) * static_cast<double>(d) >= 65536.0;
+}
+
+inline int max_threads() {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+inline int thread_id() {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+
+/// f(b) for every block b: on OpenMP threads, blocks split statically, when `parallel`; else in a
+/// plain loop, because entering an OpenMP region costs a system call even on one thread (the
+/// decode step routes one position per site, 2L + 1 times a byte). The result is the same.
+template <typename F>
+void for_each_block(Eigen::Index blocks, bool parallel, F&& f) {
+  if (parallel) {
+#pragma omp parallel for schedule(static)
+    for (Eigen::Index b = 0; b < blocks; ++b) f(b);
+  } else {
+    for (Eigen::Index b = 0; b < blocks; ++b) f(b);
+  }
+}
+
+/// Values per vector step: one AVX register of floats (two of doubles).
+inline constexpr int kLanes = 8;
+template <typename T>
+using Lanes = Eigen::Matrix<T, kLanes, 1>;
+template <typename T>
+using In = Eigen::Map<const Lanes<T>>;  // kLanes values read from memory (any alignment)
+template <typename T>
+using Out = Eigen::Map<Lanes<T>>;
+
+/// Rows of a sub-block: as many positions as keep their N source rows in about 256 KB of cache
+/// (1 … kRoutingBlock), and no more than the P there are (so the per-position scratch of one
+/// decode step is one row, not kRoutingBlock). Fixed by N, d, P and the scalar's size alone;
+/// a block of P < kRoutingBlock positions is one sub-block either way.
+inline Eigen::Index sub_block_rows(std::size_t N, Eigen::Index d, Eigen::Index P,
+                                   std::size_t scalar_bytes) {
+  const auto rows = static_cast<Eigen::Index>((256 * 1024) / (N * d * scalar_bytes));
+  return std::clamp<Eigen::Index>(rows, 1, std::min(P, kRoutingBlock));
+}
+
+/// Rounds n up to a whole number of vector steps.
+inline std::size_t whole_lanes(std::size_t n) {
+  return (n + kLanes - 1) / kLanes * kLanes;
+}
+
+/**
+ * Per-head sums over one row, in one read of x (head h = columns [h·K, (h+1)·K)):
+ *   xy[h] = Σ_{c∈h} x[c] · y[c];   if kTwo, also xw[h] = Σ_{c∈h} x[c] · w[c];
+ *   if kSquares, returns Σ_c x[c]² over the whole row (else 0).
+ * Each sum runs as four vectors of partial sums, added at the end. A plain running sum does not
+ * vectorise without -ffast-math (it fixes the order of the additions), and a single vector of
+ * partial sums waits on itself (each add needs the one before); four keep the adders busy. The
+ * order of every addition is fixed by K and H alone, never by timing or threads.
+ */
+template <typename T, bool kTwo, bool kSquares>
+T head_sums(const T* x, const T* y, const T* w, Eigen::Index K, int H, T* xy, T* xw) {
+  Lanes<T> s0 = Lanes<T>::Zero(), s1 = s0, s2 = s0, s3 = s0;  // Σ x², over all heads
+  T s_tail = 0;
+  for (int h = 0; h < H; ++h) {
+    Lanes<T> a0 = Lanes<T>::Zero(), a1 = a0, a2 = a0, a3 = a0;
+    Lanes<T> b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    T a_tail = 0, b_tail = 0;
+    Eigen::Index c = h * K;
+    const Eigen::Index end = c + K;
+    for (; c + 4 * kLanes <= end; c += 4 * kLanes) {
+      const In<T> x0(x + c), x1(x + c + kLanes), x2(x + c + 2 * kLanes), x3(x + c + 3 * kLanes);
+      a0 += x0.cwiseProduct(In<T>(y + c));
+      a1 += x1.cwiseProduct(In<T>(y + c + kLanes));
+      a2 += x2.cwiseProduct(In<T>(y + c + 2 * kLanes));
+      a3 += x3.cwiseProduct(In<T>(y + c + 3 * kLanes));
+      if constexpr (kTwo) {
+        b0 += x0.cwiseProduct(In<T>(w + c));
+        b1 += x1.cwiseProduct(In<T>(w + c + kLanes));
+        b2 += x2.cwiseProduct(In<T>(w + c + 2 * kLanes));
+        b3 += x3.cwiseProduct(In<T>(w + c + 3 * kLanes));
+      }
+      if constexpr (kSquares) {
+        s0 += x0.cwiseProduct(x0);
+        s1 += x1.cwiseProduct(x1);
+        s2 += x2.cwiseProduct(x2);
+        s3 += x3.cwiseProduct(x3);
+      }
+    }
+    for (; c + kLanes <= end; c += kLanes) {
+      const In<T> x0(x + c);
+      a0 += x0.cwiseProduct(In<T>(y + c));
+      if constexpr (kTwo) b0 += x0.cwiseProduct(In<T>(w + c));
+      if constexpr (kSquares) s0 += x0.cwiseProduct(x0);
+    }
+    for (; c < end; ++c) {
+      a_tail += x[c] * y[c];
+      if constexpr (kTwo) b_tail += x[c] * w[c];
+      if constexpr (kSquares) s_tail += x[c] * x[c];
+    }
+    xy[h] = ((a0 + a1) + (a2 + a3)).sum() + a_tail;
+    if constexpr (kTwo) xw[h] = ((b0 + b1) + (b2 + b3)).sum() + b_tail;
+  }
+  return kSquares ? ((s0 + s1) + (s2 + s3)).sum() + s_tail : T(0);
+}
+
+/// Per-thread scratch, allocated before the parallel loop (so a failed allocation is an
+/// ordinary exception, not a crash inside an OpenMP region): n values for each thread, n a
+/// whole number of vector steps.
+template <typename T>
+struct Scratch {
+  std::vector<T> values;
+  std::size_t n;
+  explicit Scratch(std::size_t n_per_thread)
+      : values(whole_lanes(n_per_thread) * max_threads()), n(whole_lanes(n_per_thread)) {}
+  T* mine() { return values.data() + n * thread_id(); }
+};
+
+}  // namespace mhar::routing_blocks
