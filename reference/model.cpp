@@ -17,9 +17,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <sstream>
 
-#include "routing_fast.h"  // the routing sites run version 2 (same math as routing.h)
+#include "routing_fast.h"   // the routing forward (and the backward of block, delta): version 2
+#include "routing_stack.h"  // the routing backward of attnres, mhar: version 3
 
 namespace mhar {
 
@@ -450,16 +452,24 @@ void model_backward(Params<T>& grads, const Config& cfg, const Params<T>& p, con
   rmsnorm_backward<T>(dfinal, grads.final_norm.row(0), dfinal_normed, c.final_rinv, c.final_in,
                       p.final_norm.row(0));
 
-  std::vector<Mat<T>> dprims(n_sub + 1, Mat<T>::Zero(P, cfg.d));
+  // AttnRes and MHAR: site s reads primitives 0 … s, so the whole stack's routing backward runs
+  // as version 3 (routing_stack.h): each site's dout is kept, and ∂loss/∂out_j is computed when
+  // sub-layer j's backward needs it, from every site that read out_j. The other modes add each
+  // site's source gradients into dprims as the sites come (version 2); residual has no sites.
+  const bool by_source = cfg.mode == Mode::AttnRes || cfg.mode == Mode::Mhar;
+  std::optional<RoutingStackBackward<T>> stack;
+  std::vector<Mat<T>> dprims;
+  if (by_source)
+    stack.emplace(std::span<const Mat<T>>(c.prims), H);
+  else if (cfg.mode != Mode::Residual)
+    dprims.assign(n_sub + 1, Mat<T>::Zero(P, cfg.d));
   Mat<T> dh = Mat<T>::Zero(P, cfg.d);  // ∂loss/∂h_{j+1} for the stream modes
 
   // The backward of one routing site s, given ∂loss/∂(its output).
-  auto route_site_backward = [&](int s, const Mat<T>& dsite) {
-    if (cfg.mode == Mode::AttnRes || cfg.mode == Mode::Mhar) {
-      routing_backward_fast<T>(std::span<Mat<T>>(dprims.data(), s + 1), grads.route_q.row(s),
-                               grads.route_g.row(s), dsite, c.site_out[s], c.route[s],
-                               std::span<const Mat<T>>(c.prims.data(), s + 1), p.route_q.row(s),
-                               p.route_g.row(s), H);
+  auto route_site_backward = [&](int s, Mat<T> dsite) {
+    if (by_source) {
+      stack->add_site(s, std::move(dsite), c.site_out[s], c.route[s], p.route_q.row(s),
+                      p.route_g.row(s));
     } else {
       const auto groups = site_groups(cfg, s);
       std::vector<Mat<T>> dsrc(groups.size(), Mat<T>::Zero(P, cfg.d));
@@ -474,15 +484,22 @@ void model_backward(Params<T>& grads, const Config& cfg, const Params<T>& p, con
   if (stream_mode(cfg.mode))
     dh = dfinal;
   else
-    route_site_backward(n_sub, dfinal);
+    route_site_backward(n_sub, std::move(dfinal));
 
   for (int j = n_sub - 1; j >= 0; --j) {
     const int l = j / 2;
     const LayerParams<T>& y = p.layers[l];
     LayerParams<T>& gy = grads.layers[l];
     // ∂loss/∂out_j: every later site that read it, plus the stream h_{j+1} = h_j + out_j
-    Mat<T> dout = dprims[j + 1];
-    if (stream_mode(cfg.mode)) dout += dh;
+    Mat<T> dout;
+    if (by_source) {
+      stack->source_gradient(j + 1, dout);
+    } else if (cfg.mode == Mode::Residual) {
+      dout = dh;
+    } else {
+      dout = dprims[j + 1];
+      if (stream_mode(cfg.mode)) dout += dh;
+    }
 
     // from (3): back through the sub-layer to dnormed_j
     Mat<T> dnormed;
@@ -521,13 +538,21 @@ void model_backward(Params<T>& grads, const Config& cfg, const Params<T>& p, con
         break;
       }
       default:
-        route_site_backward(j, dinput);
+        route_site_backward(j, std::move(dinput));
         break;
     }
   }
   // E was read as primitive 0 and as h_0
-  Mat<T> demb = dprims[0];
-  if (stream_mode(cfg.mode)) demb += dh;
+  Mat<T> demb;
+  if (by_source) {
+    stack->source_gradient(0, demb);
+    stack->parameter_gradients(grads.route_q, grads.route_g);
+  } else if (cfg.mode == Mode::Residual) {
+    demb = dh;
+  } else {
+    demb = dprims[0];
+    if (stream_mode(cfg.mode)) demb += dh;
+  }
   embedding_backward(grads.embed, demb, c.tokens);
 }
 

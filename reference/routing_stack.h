@@ -1,0 +1,85 @@
+/**
+ * @file routing_stack.h
+ * @ingroup reference
+ * @brief Routing backward, CPU version 3: the backward of a whole stack of routing sites, one
+ *        source at a time, so each source's gradient is written once instead of once a site.
+ *
+ * In AttnRes and MHAR, site s reads the first s + 1 sources S_0 … S_s (the embedding and the
+ * sub-layer outputs before it), and there are as many sites as sources. Version 2
+ * (routing_fast.h) runs each site's backward on its own, so over the stack every (site s,
+ * source i ≤ s) pair reads S_i and reads and writes dS_i: three rows from memory a pair.
+ *
+ * Version 3 changes only when that work runs. Nothing in site s's backward for source i needs
+ * another site's, and the model needs dS_i only when its backward reaches sub-layer i − 1, after
+ * every site s ≥ i has its ∂loss/∂out. So it keeps each site's dout (add_site), and when dS_i is
+ * due (source_gradient) it goes over S_i once, a few positions at a time, doing for every site
+ * s ≥ i what version 2 does for the pair (s, i). The rows of S_i and dS_i stay in cache across
+ * the sites; only dout_s comes from memory: one row a pair instead of three.
+ *
+ * The formulas are version 1's (docs/design.md §1, backward; routing_stack.cpp numbers them as
+ * routing.cpp does). dS_i has the same bits as version 2 run site by site from s = n − 1 down to
+ * s = i on a zeroed dS_i, as the model's backward runs it: the same sums in the same order. dq and
+ * dg are the same sums in another order (by source, then block), so they differ by rounding.
+ *
+ * Determinism: as version 2, positions are cut into blocks of kRoutingBlock (by P alone), each
+ * block is done by one thread in a fixed order, and each site's dq, dg partial sums are kept per
+ * block and added in block order at the end (parameter_gradients). So every bit of every output
+ * is the same on every run AND for any number of threads (tests/test_routing_stack.cpp checks
+ * 1 thread against 2, twice each).
+ */
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "routing.h"
+
+namespace mhar {
+
+/**
+ * @brief The routing backward of every site of a stack where site s reads sources 0 … s.
+ *
+ * Use: construct over the sources; add_site(s, …) once ∂loss/∂out_s is known; source_gradient(i)
+ * once every site s ≥ i is added; parameter_gradients once every source is done. Each call
+ * checks its arguments and that order, and throws ShapeError (nothing changed) when either is
+ * wrong. The sources, and each site's `saved`, must outlive the object; dout, q and g are copied.
+ */
+template <typename T>
+class RoutingStackBackward {
+ public:
+  /// sources: S_0 … S_{n−1}, all P × d, one site per source; H: routing heads (divides d).
+  RoutingStackBackward(std::span<const Mat<T>> sources, int H);
+
+  /// Site s's backward can run: keeps dout = ∂loss/∂out_s (moved in), the forward's saved α and
+  /// r, q and g; and computes D_s[p][h] = Σ_{c∈h} dout[p,c] · out[p,c] (one read of each).
+  void add_site(int s, Mat<T> dout, const Mat<T>& out, const RoutingSaved<T>& saved,
+                const Eigen::Ref<const RowVec<T>>& q, const Eigen::Ref<const RowVec<T>>& g);
+
+  /// dsource = ∂loss/∂S_i through every site that reads it (s = i … n − 1). Writes (=), unlike
+  /// versions 1 and 2; each of those sites must be added, and each source is done once.
+  void source_gradient(int i, Mat<T>& dsource);
+
+  /// dq.row(s) += ∂loss/∂q_s and dg.row(s) += ∂loss/∂g_s for every site (n × d each); needs
+  /// every source's gradient done.
+  void parameter_gradients(Eigen::Ref<Mat<T>> dq, Eigen::Ref<Mat<T>> dg) const;
+
+  /// Sources (= sites) in the stack.
+  int size() const { return static_cast<int>(sources_.size()); }
+
+ private:
+  struct Site {
+    bool added = false;
+    Mat<T> dout;                             ///< P × d, ∂loss/∂out_s
+    const RoutingSaved<T>* saved = nullptr;  ///< α_i (P × H) and r_i (P), i ≤ s
+    RowVec<T> q, g, qg;                      ///< 1 × d; qg = q ⊙ g
+    Mat<T> D;                                ///< P × H, Σ_{c∈h} dout ⊙ out
+    Mat<T> partial;                          ///< blocks × d: Σ dzr_i[h(c)] · S_i[p,c] per block
+  };
+  std::span<const Mat<T>> sources_;
+  int H_;
+  Eigen::Index P_, d_, blocks_;
+  std::vector<Site> sites_;
+  std::vector<bool> source_done_;
+};
+
+}  // namespace mhar

@@ -1,0 +1,297 @@
+/**
+ * @file test_routing_stack.cpp
+ * @brief CPU routing version 3 (reference/routing_stack.h), the backward of a stack of sites one
+ *        source at a time: against the reference (version 1) site by site in double and float,
+ *        against central differences in double, its dS bits against version 2, the same bits
+ *        for 1 and 2 threads, and its refusals (shapes, order) that leave it usable.
+ */
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "gradcheck.h"
+#include "routing.h"
+#include "routing_fast.h"
+#include "routing_stack.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+using namespace mhar;
+using mhar::test::check_gradient;
+using mhar::test::sample_indices;
+
+namespace {
+
+/// n sources P × d and n sites (site s reads sources 0 … s), with their parameters and the
+/// ∂loss/∂out_s each site's backward gets.
+template <typename T>
+struct Stack {
+  std::vector<Mat<T>> S;     // n × (P × d)
+  Mat<T> q, g;               // n × d: row s is site s's q, g
+  std::vector<Mat<T>> dout;  // n × (P × d)
+  int H = 1;
+};
+
+Stack<double> draw(int n, int P, int d, int H, std::uint64_t seed) {
+  Rng rng(seed);
+  Stack<double> st;
+  st.H = H;
+  for (int i = 0; i < n; ++i) st.S.push_back(rng.normal_matrix<double>(P, d));
+  st.q = rng.normal_matrix<double>(n, d);
+  st.g = rng.normal_matrix<double>(n, d, 1.0, 0.3);
+  for (int s = 0; s < n; ++s) st.dout.push_back(rng.normal_matrix<double>(P, d));
+  return st;
+}
+
+template <typename T>
+Stack<T> cast(const Stack<double>& st) {
+  Stack<T> out;
+  out.H = st.H;
+  for (const auto& m : st.S) out.S.push_back(m.cast<T>());
+  for (const auto& m : st.dout) out.dout.push_back(m.cast<T>());
+  out.q = st.q.cast<T>();
+  out.g = st.g.cast<T>();
+  return out;
+}
+
+/// What a stack's backward gives: every dS_i, and dq, dg (n × d).
+template <typename T>
+struct Grads {
+  std::vector<Mat<T>> dS;
+  Mat<T> dq, dg;
+};
+
+/// The forward of every site (version 1 or 2), into outs and saved.
+template <typename T>
+void forward_all(const Stack<T>& st, bool fast, std::vector<Mat<T>>& outs,
+                 std::vector<RoutingSaved<T>>& saved) {
+  const int n = static_cast<int>(st.S.size());
+  outs.resize(n);
+  saved.resize(n);
+  for (int s = 0; s < n; ++s) {
+    const std::span<const Mat<T>> src(st.S.data(), s + 1);
+    if (fast)
+      routing_forward_fast<T>(outs[s], saved[s], src, st.q.row(s), st.g.row(s), st.H);
+    else
+      routing_forward<T>(outs[s], saved[s], src, st.q.row(s), st.g.row(s), st.H);
+  }
+}
+
+/// Version 1 or 2: each site's backward in turn, s = n − 1 … 0 (as the model runs them), into
+/// zeroed gradients.
+template <typename T>
+Grads<T> site_by_site(const Stack<T>& st, bool fast) {
+  const int n = static_cast<int>(st.S.size());
+  const auto P = st.S[0].rows(), d = st.S[0].cols();
+  std::vector<Mat<T>> outs;
+  std::vector<RoutingSaved<T>> saved;
+  forward_all(st, fast, outs, saved);
+  Grads<T> gr{std::vector<Mat<T>>(n, Mat<T>::Zero(P, d)), Mat<T>::Zero(n, d), Mat<T>::Zero(n, d)};
+  for (int s = n - 1; s >= 0; --s) {
+    const std::span<const Mat<T>> src(st.S.data(), s + 1);
+    const std::span<Mat<T>> dsrc(gr.dS.data(), s + 1);
+    if (fast)
+      routing_backward_fast<T>(dsrc, gr.dq.row(s), gr.dg.row(s), st.dout[s], outs[s], saved[s], src,
+                               st.q.row(s), st.g.row(s), st.H);
+    else
+      routing_backward<T>(dsrc, gr.dq.row(s), gr.dg.row(s), st.dout[s], outs[s], saved[s], src,
+                          st.q.row(s), st.g.row(s), st.H);
+  }
+  return gr;
+}
+
+/// Version 3, in the model's order: site n − 1 added, then for s = n − 1 … 1 source s's gradient
+/// and site s − 1 added, then source 0's; after the forward of version 2.
+template <typename T>
+Grads<T> by_source(const Stack<T>& st) {
+  const int n = static_cast<int>(st.S.size());
+  const auto d = st.S[0].cols();
+  std::vector<Mat<T>> outs;
+  std::vector<RoutingSaved<T>> saved;
+  forward_all(st, true, outs, saved);
+  Grads<T> gr{std::vector<Mat<T>>(n), Mat<T>::Zero(n, d), Mat<T>::Zero(n, d)};
+  RoutingStackBackward<T> stack(st.S, st.H);
+  stack.add_site(n - 1, st.dout[n - 1], outs[n - 1], saved[n - 1], st.q.row(n - 1),
+                 st.g.row(n - 1));
+  for (int s = n - 1; s >= 1; --s) {
+    stack.source_gradient(s, gr.dS[s]);
+    stack.add_site(s - 1, st.dout[s - 1], outs[s - 1], saved[s - 1], st.q.row(s - 1),
+                   st.g.row(s - 1));
+  }
+  stack.source_gradient(0, gr.dS[0]);
+  stack.parameter_gradients(gr.dq, gr.dg);
+  return gr;
+}
+
+/// Worst error of x against truth, relative to the largest |truth| of each output (dS_i, dq,
+/// dg), over the outputs.
+template <typename T>
+double worst_rel(const Grads<T>& x, const Grads<double>& truth) {
+  double worst = 0;
+  auto group = [&](const auto& a, const auto& t) {
+    const double scale = std::max(t.cwiseAbs().maxCoeff(), 1e-30);
+    worst = std::max(worst, (a.template cast<double>() - t).cwiseAbs().maxCoeff() / scale);
+  };
+  for (std::size_t i = 0; i < truth.dS.size(); ++i) group(x.dS[i], truth.dS[i]);
+  group(x.dq, truth.dq);
+  group(x.dg, truth.dg);
+  return worst;
+}
+
+template <typename T>
+std::vector<T> flatten(const Grads<T>& g) {
+  std::vector<T> v;
+  auto put = [&](const Mat<T>& m) { v.insert(v.end(), m.data(), m.data() + m.size()); };
+  for (const auto& m : g.dS) put(m);
+  put(g.dq);
+  put(g.dg);
+  return v;
+}
+
+struct Case {
+  int n, P, d, H;
+};
+
+}  // namespace
+
+TEST_CASE("routing version 3 matches the reference site by site in double and float",
+          "[routing][stack]") {
+  // One site; H = 1 and H = d; odd P; d not a multiple of 8; P over several blocks with a
+  // partial last one (kRoutingBlock = 32); the default model's 9 sites at d 128, H 4; and 25
+  // sites at d 520 (K 65, a scalar tail per head), where R = 256 KB / (3 · d · sizeof) rows
+  // makes sub-blocks of fewer than 32 rows in double (21 rows, P 45 = 21 + 21 + 3).
+  const Case cs =
+      GENERATE(Case{1, 5, 8, 2}, Case{3, 7, 10, 1}, Case{4, 6, 6, 6}, Case{5, 77, 16, 4},
+               Case{9, 101, 128, 4}, Case{2, 64, 64, 64}, Case{25, 45, 520, 8});
+  CAPTURE(cs.n, cs.P, cs.d, cs.H);
+  const Stack<double> st = draw(cs.n, cs.P, cs.d, cs.H, 5000 + cs.n * 13 + cs.P * 7 + cs.d);
+  const Grads<double> truth = site_by_site(st, false);
+  // Double: other loop orders round differently by a few ulps of each output's scale; 1e-12 is
+  // ~5000 ulps, far above that and far below any wrong term.
+  const double err_double = worst_rel(by_source(st), truth);
+  CAPTURE(err_double);
+  CHECK(err_double < 1e-12);
+  // Float: within a small multiple of version 1's own float error (docs/style.md §7), floor 1e-7.
+  const Stack<float> sf = cast<float>(st);
+  const double err_ref = worst_rel(site_by_site(sf, false), truth);
+  const double err_v3 = worst_rel(by_source(sf), truth);
+  CAPTURE(err_ref, err_v3);
+  CHECK(err_v3 <= 8 * std::max(err_ref, 1e-7));
+}
+
+TEST_CASE("routing version 3 gives version 2's source gradients bit for bit", "[routing][stack]") {
+  // The same terms summed in the same order (site n − 1 first, from zero) per element. dq and dg
+  // are summed in another order, so only their closeness is checked (previous test).
+  const Case cs = GENERATE(Case{9, 101, 128, 4}, Case{5, 40, 36, 3});
+  CAPTURE(cs.n, cs.P, cs.d, cs.H);
+  const Stack<float> st = cast<float>(draw(cs.n, cs.P, cs.d, cs.H, 77 + cs.d));
+  const Grads<float> v2 = site_by_site(st, true), v3 = by_source(st);
+  for (int i = 0; i < cs.n; ++i) {
+    CAPTURE(i);
+    CHECK(v3.dS[i] == v2.dS[i]);  // every float equal
+  }
+}
+
+TEST_CASE("op gradient, routing version 3 over a stack of sites", "[routing][stack][grad]") {
+  // loss = Σ_s Σ out_s ⊙ W_s, so ∂loss/∂out_s = W_s; every source, q_s and g_s is checked.
+  const Case cs = GENERATE(Case{4, 5, 12, 4}, Case{3, 37, 8, 2}, Case{5, 3, 6, 6});
+  CAPTURE(cs.n, cs.P, cs.d, cs.H);
+  Stack<double> st = draw(cs.n, cs.P, cs.d, cs.H, 900 + cs.n + cs.P);
+  auto loss = [&] {
+    std::vector<Mat<double>> outs;
+    std::vector<RoutingSaved<double>> saved;
+    forward_all(st, false, outs, saved);
+    double l = 0;
+    for (int s = 0; s < cs.n; ++s) l += outs[s].cwiseProduct(st.dout[s]).sum();
+    return l;
+  };
+  const Grads<double> gr = by_source(st);
+  const std::string tag = "routing v3 stack(n=" + std::to_string(cs.n) +
+                          ",P=" + std::to_string(cs.P) + ",d=" + std::to_string(cs.d) +
+                          ",H=" + std::to_string(cs.H) + ")";
+  for (int i = 0; i < cs.n; ++i)
+    CHECK(check_gradient(tag + " dS" + std::to_string(i), st.S[i], gr.dS[i], loss,
+                         sample_indices(st.S[i]))
+              .pass);
+  CHECK(check_gradient(tag + " dq", st.q, gr.dq, loss, sample_indices(st.q)).pass);
+  CHECK(check_gradient(tag + " dg", st.g, gr.dg, loss, sample_indices(st.g)).pass);
+}
+
+TEST_CASE("routing version 3 gives the same bits on every run and for 1 and 2 threads",
+          "[routing][stack][determinism]") {
+  // Enough values that the block loops run on threads (≥ 64 K): 10 blocks of 32 rows; and d 512
+  // with 9 sites, 6 blocks.
+  const Case cs = GENERATE(Case{5, 300, 64, 4}, Case{9, 180, 512, 4});
+  CAPTURE(cs.n, cs.P, cs.d, cs.H);
+  const Stack<float> st = cast<float>(draw(cs.n, cs.P, cs.d, cs.H, 4343 + cs.P));
+#ifdef _OPENMP
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const auto one_a = flatten(by_source(st));
+  const auto one_b = flatten(by_source(st));
+  omp_set_num_threads(2);
+  REQUIRE(omp_get_max_threads() == 2);
+  const auto two_a = flatten(by_source(st));
+  const auto two_b = flatten(by_source(st));
+  omp_set_num_threads(before);
+  CHECK(one_a == one_b);  // exact equality of every float: the same bits
+  CHECK(two_a == two_b);
+  CHECK(one_a == two_a);
+#else
+  CHECK(flatten(by_source(st)) == flatten(by_source(st)));
+  WARN("built without OpenMP: only one thread to compare");
+#endif
+}
+
+TEST_CASE("routing version 3 refuses bad shapes and a wrong order, and stays usable",
+          "[routing][stack][bad-input]") {
+  using Catch::Matchers::Contains;
+  const Stack<double> st = draw(3, 4, 8, 2, 31);
+  std::vector<Mat<double>> outs;
+  std::vector<RoutingSaved<double>> saved;
+  forward_all(st, true, outs, saved);
+
+  CHECK_THROWS_WITH(RoutingStackBackward<double>(st.S, 3), Contains("H = 3 must divide d = 8"));
+  CHECK_THROWS_WITH(RoutingStackBackward<double>(std::span<const Mat<double>>(), 2),
+                    Contains("needs at least one source"));
+  std::vector<Mat<double>> uneven = st.S;
+  uneven[1] = Mat<double>::Zero(4, 6);
+  CHECK_THROWS_WITH(RoutingStackBackward<double>(uneven, 2), Contains("source 1 is 4×6"));
+
+  RoutingStackBackward<double> stack(st.S, 2);
+  Mat<double> dS;
+  Mat<double> dq = Mat<double>::Zero(3, 8), dg = Mat<double>::Zero(3, 8);
+  // source 2 is read by site 2 only, which has not been added
+  CHECK_THROWS_WITH(stack.source_gradient(2, dS), Contains("site 2 reads source 2"));
+  CHECK_THROWS_WITH(stack.add_site(3, st.dout[2], outs[2], saved[2], st.q.row(2), st.g.row(2)),
+                    Contains("site 3 outside [0, 3)"));
+  CHECK_THROWS_WITH(
+      stack.add_site(2, Mat<double>::Zero(4, 7), outs[2], saved[2], st.q.row(2), st.g.row(2)),
+      Contains("dout must be 4×8"));
+  // site 1's saved state (2 sources) offered as site 2's (3 sources)
+  CHECK_THROWS_WITH(stack.add_site(2, st.dout[2], outs[2], saved[1], st.q.row(2), st.g.row(2)),
+                    Contains("saved holds 2 sources, site 2 reads 3"));
+  CHECK_THROWS_WITH(stack.parameter_gradients(dq, dg), Contains("was not taken yet"));
+
+  // After every refusal, the right calls give what a fresh stack gives.
+  stack.add_site(2, st.dout[2], outs[2], saved[2], st.q.row(2), st.g.row(2));
+  CHECK_THROWS_WITH(stack.add_site(2, st.dout[2], outs[2], saved[2], st.q.row(2), st.g.row(2)),
+                    Contains("site 2 was already added"));
+  stack.source_gradient(2, dS);
+  CHECK_THROWS_WITH(stack.source_gradient(2, dS), Contains("already taken"));
+  CHECK_THROWS_WITH(stack.source_gradient(1, dS), Contains("site 1 reads source 1"));
+  std::vector<Mat<double>> dSs(3);
+  dSs[2] = dS;
+  stack.add_site(1, st.dout[1], outs[1], saved[1], st.q.row(1), st.g.row(1));
+  stack.source_gradient(1, dSs[1]);
+  stack.add_site(0, st.dout[0], outs[0], saved[0], st.q.row(0), st.g.row(0));
+  stack.source_gradient(0, dSs[0]);
+  CHECK_THROWS_WITH(stack.parameter_gradients(dq.leftCols(7), dg), Contains("dq must be 3×8"));
+  stack.parameter_gradients(dq, dg);
+  const Grads<double> fresh = by_source(st);
+  for (int i = 0; i < 3; ++i) CHECK(dSs[i] == fresh.dS[i]);
+  CHECK(dq == fresh.dq);
+  CHECK(dg == fresh.dg);
+}
