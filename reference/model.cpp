@@ -457,19 +457,22 @@ void model_backward(Params<T>& grads, const Config& cfg, const Params<T>& p, con
   // sub-layer j's backward needs it, from every site that read out_j. The other modes add each
   // site's source gradients into dprims as the sites come (version 2); residual has no sites.
   const bool by_source = cfg.mode == Mode::AttnRes || cfg.mode == Mode::Mhar;
+  std::vector<Mat<T>> dsites;  // version 3: ∂loss/∂(site s's output), kept for the stack
   std::optional<RoutingStackBackward<T>> stack;
   std::vector<Mat<T>> dprims;
-  if (by_source)
+  if (by_source) {
     stack.emplace(std::span<const Mat<T>>(c.prims), H);
-  else if (cfg.mode != Mode::Residual)
+    dsites.resize(cfg.n_sites());
+  } else if (cfg.mode != Mode::Residual) {
     dprims.assign(n_sub + 1, Mat<T>::Zero(P, cfg.d));
-  Mat<T> dh = Mat<T>::Zero(P, cfg.d);  // ∂loss/∂h_{j+1} for the stream modes
+  }
+  Mat<T> dh;  // ∂loss/∂h_{j+1} for the stream modes (from ∂loss/∂final below)
 
   // The backward of one routing site s, given ∂loss/∂(its output).
   auto route_site_backward = [&](int s, Mat<T> dsite) {
     if (by_source) {
-      stack->add_site(s, std::move(dsite), c.site_out[s], c.route[s], p.route_q.row(s),
-                      p.route_g.row(s));
+      dsites[s] = std::move(dsite);
+      stack->add_site(s, dsites[s], c.site_out[s], c.route[s], p.route_q.row(s), p.route_g.row(s));
     } else {
       const auto groups = site_groups(cfg, s);
       std::vector<Mat<T>> dsrc(groups.size(), Mat<T>::Zero(P, cfg.d));
@@ -482,7 +485,7 @@ void model_backward(Params<T>& grads, const Config& cfg, const Params<T>& p, con
 
   // from (4): the final read
   if (stream_mode(cfg.mode))
-    dh = dfinal;
+    dh = std::move(dfinal);
   else
     route_site_backward(n_sub, std::move(dfinal));
 

@@ -11,8 +11,9 @@
  * Plain Eigen, vectorised over positions: a loop over sources i and heads h, and for each an
  * Eigen line over all P positions and the head's K columns, under the formula it computes.
  * The CUDA twin is cuda/routing.cu (same names, same argument order). routing_fast.h is CPU
- * version 2: the same math in a loop order that reads each source once, on all threads; the
- * model runs that one, and the tests hold it to this one.
+ * version 2: the same math in a loop order that reads each source once, on all threads; and
+ * routing_stack.h is version 3, the backward of a whole attnres or mhar stack one source at a
+ * time. The model runs those, and the tests hold them to this one.
  */
 #pragma once
 

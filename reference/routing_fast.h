@@ -12,10 +12,14 @@
  *      a time (a sub-block whose N source rows stay in cache), source by source within it,
  *      blocks of positions across threads, and the backward's D = ⟨dout, out⟩ instead of a
  *      pass over the weights.
+ *   3  RoutingStackBackward (routing_stack.h): the backward of all the sites of an attnres or
+ *      mhar stack at once, one source at a time: each source's gradient written once, not
+ *      read and written at every site that reads the source.
  *
  * Same arguments, same saved state (so either backward takes either forward's RoutingSaved),
- * same `=` / `+=` contract as version 1. The model (model.cpp) uses version 2; the tests check
- * it against version 1 in float and double and through the finite-difference gradient checks.
+ * same `=` / `+=` contract as version 1. The model (model.cpp) runs version 2's forward at every
+ * site, and its backward in the block and delta modes (attnres and mhar use version 3); the tests
+ * check it against version 1 in float and double and through the finite-difference gradient checks.
  *
  * Determinism: positions are cut into blocks of kRoutingBlock, fixed by P alone, and blocks
  * into sub-blocks of R rows, fixed by N, d and the scalar type alone. A block is done by one

@@ -1,13 +1,17 @@
 /**
  * @file routing_stack.cpp
- * @brief Routing backward, CPU version 3 (see routing_stack.h): version 2's per-pair backward,
- *        run source by source over every site that reads the source. The readable reference is
- *        routing.cpp (version 1); the loop body is version 2's (routing_fast.cpp), line for line.
+ * @brief Routing backward, CPU version 3 (see routing_stack.h): the stack's backward source by
+ *        source. The readable reference is routing.cpp (version 1); the formulas are its
+ *        backward's, numbered (1)–(4) as there.
  *
- * For source i, per sub-block of R positions (R rows of S_i and of dS_i stay in cache), for
- * each site s = n − 1 … i, per position: one read of S_i's row (from cache after the first
- * site) and dout_s's row (from memory) gives a_i[h] and kp_i[h]; then one more pass over the
- * same rows (from cache) adds site s's terms to dS_i and to site s's dq, dg partial sums.
+ * For source i and each sub-block of R positions (R rows of S_i, of dS_i and of every reading
+ * site's dout in about 256 KB of cache), three passes:
+ *   1. site by site (R contiguous rows of dout_s: one stream from memory), per position: one read
+ *      of dout_s's and S_i's rows gives a_i[h] and kp_i[h], and so dzr[h] and the RMS
+ *      coefficient of the pair (s, i);
+ *   2. position by position, from cache: dS_i = Σ_s (value path + key path) − Σ_s coef · S_i,
+ *      summed in registers over the sites, written once;
+ *   3. site by site, from cache: the block's dq, dg partial sum Σ_p dzr · S_i for each site.
  */
 #include "routing_stack.h"
 
@@ -33,7 +37,7 @@ RoutingStackBackward<T>::RoutingStackBackward(std::span<const Mat<T>> sources, i
 }
 
 template <typename T>
-void RoutingStackBackward<T>::add_site(int s, Mat<T> dout, const Mat<T>& out,
+void RoutingStackBackward<T>::add_site(int s, const Mat<T>& dout, const Mat<T>& out,
                                        const RoutingSaved<T>& saved,
                                        const Eigen::Ref<const RowVec<T>>& q,
                                        const Eigen::Ref<const RowVec<T>>& g) {
@@ -52,7 +56,7 @@ void RoutingStackBackward<T>::add_site(int s, Mat<T> dout, const Mat<T>& out,
     require(saved.rinv[i].size() == P_, where, "saved.rinv[i] must have P = ", P_, " entries");
   }
   Site& site = sites_[s];
-  site.dout = std::move(dout);
+  site.dout = &dout;
   site.saved = &saved;
   site.q = q;
   site.g = g;
@@ -63,7 +67,7 @@ void RoutingStackBackward<T>::add_site(int s, Mat<T> dout, const Mat<T>& out,
   const Eigen::Index K = d_ / H_;
   for_each_block(blocks_, worth_threads(1, P_, d_), [&](Eigen::Index b) {
     for (Eigen::Index p = b * kRoutingBlock; p < std::min(P_, (b + 1) * kRoutingBlock); ++p)
-      head_sums<T, false, false>(site.dout.data() + p * d_, out.data() + p * d_, nullptr, K, H_,
+      head_sums<T, false, false>(dout.data() + p * d_, out.data() + p * d_, nullptr, K, H_,
                                  site.D.data() + p * H_, nullptr);
   });
   site.added = true;
@@ -81,65 +85,137 @@ void RoutingStackBackward<T>::source_gradient(int i, Mat<T>& dsource) {
   const Mat<T>& Si = sources_[i];
   const Eigen::Index P = P_, d = d_, K = d_ / H_;
   const int H = H_;
+  const int M = n - i;  // the sites that read S_i: s = i … n − 1, taken last first (m = n − 1 − s)
   dsource.resize(P, d);
-  // Rows of a sub-block: R rows each of S_i, dS_i and one dout_s in about 256 KB of cache.
-  const Eigen::Index R = sub_block_rows(3, d, P, sizeof(T));
-  Scratch<T> scratch(3 * static_cast<std::size_t>(H));  // a[h], kp[h], dzr[h]
+  // Each site's arrays, in the order m = 0 … M − 1 (site s = n − 1 − m).
+  std::vector<const T*> dout(M), qg(M), alpha(M), rinv(M), Dm(M);
+  std::vector<T*> partial(M);
+  for (int m = 0; m < M; ++m) {
+    Site& site = sites_[n - 1 - m];
+    dout[m] = site.dout->data();
+    qg[m] = site.qg.data();
+    alpha[m] = site.saved->alpha[i].data();
+    rinv[m] = site.saved->rinv[i].data();
+    Dm[m] = site.D.data();
+    partial[m] = site.partial.data();
+  }
+  // Rows of a sub-block: R rows of S_i, of dS_i and of each site's dout in about 256 KB of cache.
+  const Eigen::Index R = sub_block_rows(static_cast<std::size_t>(M) + 2, d, P, sizeof(T));
+  const std::size_t per_site = static_cast<std::size_t>(R) * (2 * H + 1);
+  // Per site m: α_i[p][h] and dzr[p][h] (R × H each) and coef[p] (R), then a[h], kp[h].
+  Scratch<T> scratch(per_site * M + 2 * static_cast<std::size_t>(H));
 
-  for_each_block(blocks_, worth_threads(n - i, P, d), [&](Eigen::Index b) {
-    T* a = scratch.mine();
+  for_each_block(blocks_, worth_threads(M, P, d), [&](Eigen::Index b) {
+    T* const w = scratch.mine();
+    auto al_of = [&](int m) { return w + m * per_site; };    // R × H
+    auto zr_of = [&](int m) { return al_of(m) + R * H; };    // R × H
+    auto coef_of = [&](int m) { return zr_of(m) + R * H; };  // R
+    T* a = w + per_site * M;
     T* kp = a + H;
-    T* dzr = kp + H;
     const Eigen::Index b_end = std::min(P, (b + 1) * kRoutingBlock);
     for (Eigen::Index p0 = b * kRoutingBlock; p0 < b_end; p0 += R) {
       const Eigen::Index p1 = std::min(b_end, p0 + R);  // the sub-block [p0, p1)
-      // Site by site, last first: the order the model's backward reaches them, so dS_i's sums
-      // run in version 2's order.
-      for (int s = n - 1; s >= i; --s) {
-        Site& site = sites_[s];
-        const T* qg = site.qg.data();
-        T* A = site.partial.data() + b * d;  // this block's dq, dg partial for site s
+      // Pass 1, site by site (each site's R rows of dout: one stream from memory), per position:
+      // one read of S_i's and dout_s's rows gives, per head,
+      //   from (4): a_i[h] = Σ_{c∈h} dout ⊙ S_i;  from (3): dz_i = α_i ⊙ (a_i − D)
+      //   from (2), (1): Σ_c u_i S_i = Σ_h dz_i[h] · kp_i[h],  kp_i[h] = Σ_{c∈h} q_c g_c S_i[c]
+      // and the RMS path's coefficient coef = (r_i³ / d) · Σ_c u_i S_i.
+      for (int m = 0; m < M; ++m) {
         for (Eigen::Index p = p0; p < p1; ++p) {
-          const T* dO = site.dout.data() + p * d;
-          const T* D = site.D.data() + p * H;
-          const T* S = Si.data() + p * d;
-          const T* alpha = site.saved->alpha[i].data() + p * H;
-          const T r = site.saved->rinv[i].data()[p];
-          // First read of the rows. Per head:
-          //   from (4): a_i[h] = Σ_{c∈h} dout ⊙ S_i;  from (3): dz_i = α_i ⊙ (a_i − D)
-          //   from (2), (1): Σ_c u_i S_i = Σ_h dz_i[h] · kp_i[h],  kp_i[h] = Σ_{c∈h} q_c g_c S_i[c]
-          head_sums<T, true, false>(S, dO, qg, K, H, a, kp);
+          const Eigen::Index k = p - p0;
+          const T* D = Dm[m] + p * H;
+          const T* al_p = alpha[m] + p * H;
+          const T r = rinv[m][p];
+          head_sums<T, true, false>(Si.data() + p * d, dout[m] + p * d, qg[m], K, H, a, kp);
           T uS = 0;
           for (int h = 0; h < H; ++h) {
-            const T dz = alpha[h] * (a[h] - D[h]);
-            dzr[h] = r * dz;
+            const T dz = al_p[h] * (a[h] - D[h]);
+            al_of(m)[k * H + h] = al_p[h];
+            zr_of(m)[k * H + h] = r * dz;  // dzr = r_i · dz_i
             uS += dz * kp[h];
           }
-          // from (1): the RMS path's coefficient (r_i³ / d) · Σ_c u_i S_i
-          const T coef = r * r * r * uS / T(d);
-          // Second pass over the rows (from cache):
-          //   dS_i += α_i[h(c)] · dout + r_i · u_i − coef · S_i   (value path, key path, RMS)
-          //   dq, dg partial += dzr[h(c)] · S_i[c]
-          // The last site writes dS_i (as adding to zero would), the others add to it.
-          T* dS = dsource.data() + p * d;
-          const bool first = s == n - 1;
-          for (int h = 0; h < H; ++h) {
-            const T al = alpha[h], zr = dzr[h];
-            Eigen::Index c = h * K;
-            const Eigen::Index end = c + K;
-            for (; c + kLanes <= end; c += kLanes) {
-              const In<T> x(S + c);
-              if (first)
-                Out<T>(dS + c) = al * In<T>(dO + c) + zr * In<T>(qg + c) - coef * x;
-              else
-                Out<T>(dS + c) += al * In<T>(dO + c) + zr * In<T>(qg + c) - coef * x;
-              Out<T>(A + c) += zr * x;
+          coef_of(m)[k] = r * r * r * uS / T(d);
+        }
+      }
+      // Pass 2, position by position, the rows from cache: every site's terms summed in
+      // registers, dS_i written once:
+      //   dS_i = Σ_s ( α_i[h(c)] · dout_s + dzr[h(c)] · (q ⊙ g)_s ) − (Σ_s coef) · S_i
+      //   (value path, key path, RMS path)
+      for (Eigen::Index p = p0; p < p1; ++p) {
+        const Eigen::Index k = p - p0;
+        const T* S = Si.data() + p * d;
+        T* dS = dsource.data() + p * d;
+        T csum = 0;
+        for (int m = 0; m < M; ++m) csum += coef_of(m)[k];
+        for (int h = 0; h < H; ++h) {
+          Eigen::Index c = h * K;
+          const Eigen::Index end = c + K;
+          for (; c + 4 * kLanes <= end; c += 4 * kLanes) {
+            Lanes<T> acc0 = -csum * In<T>(S + c), acc1 = -csum * In<T>(S + c + kLanes),
+                     acc2 = -csum * In<T>(S + c + 2 * kLanes),
+                     acc3 = -csum * In<T>(S + c + 3 * kLanes);
+            for (int m = 0; m < M; ++m) {
+              const T al = al_of(m)[k * H + h], zr = zr_of(m)[k * H + h];
+              const T* dO = dout[m] + p * d + c;
+              const T* u = qg[m] + c;
+              acc0 += al * In<T>(dO) + zr * In<T>(u);
+              acc1 += al * In<T>(dO + kLanes) + zr * In<T>(u + kLanes);
+              acc2 += al * In<T>(dO + 2 * kLanes) + zr * In<T>(u + 2 * kLanes);
+              acc3 += al * In<T>(dO + 3 * kLanes) + zr * In<T>(u + 3 * kLanes);
             }
-            for (; c < end; ++c) {
-              const T term = al * dO[c] + zr * qg[c] - coef * S[c];
-              dS[c] = first ? term : dS[c] + term;
-              A[c] += zr * S[c];
+            Out<T>(dS + c) = acc0;
+            Out<T>(dS + c + kLanes) = acc1;
+            Out<T>(dS + c + 2 * kLanes) = acc2;
+            Out<T>(dS + c + 3 * kLanes) = acc3;
+          }
+          for (; c + kLanes <= end; c += kLanes) {
+            Lanes<T> acc = -csum * In<T>(S + c);
+            for (int m = 0; m < M; ++m)
+              acc += al_of(m)[k * H + h] * In<T>(dout[m] + p * d + c) +
+                     zr_of(m)[k * H + h] * In<T>(qg[m] + c);
+            Out<T>(dS + c) = acc;
+          }
+          for (; c < end; ++c) {
+            T acc = -csum * S[c];
+            for (int m = 0; m < M; ++m)
+              acc += al_of(m)[k * H + h] * dout[m][p * d + c] + zr_of(m)[k * H + h] * qg[m][c];
+            dS[c] = acc;
+          }
+        }
+      }
+      // Pass 3, site by site, S_i's rows from cache: this block's dq, dg partial for site s,
+      //   partial_s[c] += Σ_p dzr[p][h(c)] · S_i[p, c]   (from (2); × g or q at the end)
+      for (int m = 0; m < M; ++m) {
+        T* A = partial[m] + b * d;
+        const T* zr = zr_of(m);
+        for (int h = 0; h < H; ++h) {
+          Eigen::Index c = h * K;
+          const Eigen::Index end = c + K;
+          for (; c + 4 * kLanes <= end; c += 4 * kLanes) {
+            Lanes<T> acc0 = Lanes<T>::Zero(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+            for (Eigen::Index p = p0; p < p1; ++p) {
+              const T z = zr[(p - p0) * H + h];
+              const T* S = Si.data() + p * d + c;
+              acc0 += z * In<T>(S);
+              acc1 += z * In<T>(S + kLanes);
+              acc2 += z * In<T>(S + 2 * kLanes);
+              acc3 += z * In<T>(S + 3 * kLanes);
             }
+            Out<T>(A + c) += acc0;
+            Out<T>(A + c + kLanes) += acc1;
+            Out<T>(A + c + 2 * kLanes) += acc2;
+            Out<T>(A + c + 3 * kLanes) += acc3;
+          }
+          for (; c + kLanes <= end; c += kLanes) {
+            Lanes<T> acc = Lanes<T>::Zero();
+            for (Eigen::Index p = p0; p < p1; ++p)
+              acc += zr[(p - p0) * H + h] * In<T>(Si.data() + p * d + c);
+            Out<T>(A + c) += acc;
+          }
+          for (; c < end; ++c) {
+            T acc = 0;
+            for (Eigen::Index p = p0; p < p1; ++p) acc += zr[(p - p0) * H + h] * Si(p, c);
+            A[c] += acc;
           }
         }
       }

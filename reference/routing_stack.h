@@ -9,17 +9,19 @@
  * (routing_fast.h) runs each site's backward on its own, so over the stack every (site s,
  * source i ≤ s) pair reads S_i and reads and writes dS_i: three rows from memory a pair.
  *
- * Version 3 changes only when that work runs. Nothing in site s's backward for source i needs
- * another site's, and the model needs dS_i only when its backward reaches sub-layer i − 1, after
- * every site s ≥ i has its ∂loss/∂out. So it keeps each site's dout (add_site), and when dS_i is
- * due (source_gradient) it goes over S_i once, a few positions at a time, doing for every site
- * s ≥ i what version 2 does for the pair (s, i). The rows of S_i and dS_i stay in cache across
- * the sites; only dout_s comes from memory: one row a pair instead of three.
+ * Version 3 changes when that work runs and where its sums are kept. Nothing in site s's
+ * backward for source i needs another site's, and the model needs dS_i only when its backward
+ * reaches sub-layer i − 1, after every site s ≥ i has its ∂loss/∂out. So it keeps each site's
+ * dout (add_site), and when dS_i is due (source_gradient) it goes over S_i once, a few positions
+ * at a time: per site s ≥ i, the per-head scalars of the pair (s, i) from one read of dout_s's
+ * rows; then dS_i summed over all those sites in registers and written once, and each site's
+ * dq, dg partial sums. S_i's rows stay in cache across the sites; only dout_s comes from
+ * memory: one row a pair instead of three.
  *
  * The formulas are version 1's (docs/design.md §1, backward; routing_stack.cpp numbers them as
- * routing.cpp does). dS_i has the same bits as version 2 run site by site from s = n − 1 down to
- * s = i on a zeroed dS_i, as the model's backward runs it: the same sums in the same order. dq and
- * dg are the same sums in another order (by source, then block), so they differ by rounding.
+ * routing.cpp does). The sums over sites and positions run in another order than in versions 1
+ * and 2, so the results differ from theirs by rounding (tests/test_routing_stack.cpp holds
+ * version 3 to version 1 in double and float, and to central differences).
  *
  * Determinism: as version 2, positions are cut into blocks of kRoutingBlock (by P alone), each
  * block is done by one thread in a fixed order, and each site's dq, dg partial sums are kept per
@@ -42,7 +44,8 @@ namespace mhar {
  * Use: construct over the sources; add_site(s, …) once ∂loss/∂out_s is known; source_gradient(i)
  * once every site s ≥ i is added; parameter_gradients once every source is done. Each call
  * checks its arguments and that order, and throws ShapeError (nothing changed) when either is
- * wrong. The sources, and each site's `saved`, must outlive the object; dout, q and g are copied.
+ * wrong. The sources, and each site's dout and `saved`, must outlive the object; q and g are
+ * copied.
  */
 template <typename T>
 class RoutingStackBackward {
@@ -50,9 +53,10 @@ class RoutingStackBackward {
   /// sources: S_0 … S_{n−1}, all P × d, one site per source; H: routing heads (divides d).
   RoutingStackBackward(std::span<const Mat<T>> sources, int H);
 
-  /// Site s's backward can run: keeps dout = ∂loss/∂out_s (moved in), the forward's saved α and
-  /// r, q and g; and computes D_s[p][h] = Σ_{c∈h} dout[p,c] · out[p,c] (one read of each).
-  void add_site(int s, Mat<T> dout, const Mat<T>& out, const RoutingSaved<T>& saved,
+  /// Site s's backward can run: keeps dout = ∂loss/∂out_s, the forward's saved α and r (both by
+  /// reference), q and g; and computes D_s[p][h] = Σ_{c∈h} dout[p,c] · out[p,c] (one read of
+  /// each).
+  void add_site(int s, const Mat<T>& dout, const Mat<T>& out, const RoutingSaved<T>& saved,
                 const Eigen::Ref<const RowVec<T>>& q, const Eigen::Ref<const RowVec<T>>& g);
 
   /// dsource = ∂loss/∂S_i through every site that reads it (s = i … n − 1). Writes (=), unlike
@@ -69,7 +73,7 @@ class RoutingStackBackward {
  private:
   struct Site {
     bool added = false;
-    Mat<T> dout;                             ///< P × d, ∂loss/∂out_s
+    const Mat<T>* dout = nullptr;            ///< P × d, ∂loss/∂out_s
     const RoutingSaved<T>* saved = nullptr;  ///< α_i (P × H) and r_i (P), i ≤ s
     RowVec<T> q, g, qg;                      ///< 1 × d; qg = q ⊙ g
     Mat<T> D;                                ///< P × H, Σ_{c∈h} dout ⊙ out

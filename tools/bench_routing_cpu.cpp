@@ -11,6 +11,7 @@
 
 #include "routing.h"
 #include "routing_fast.h"
+#include "routing_stack.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -61,11 +62,18 @@ double cpu_routing_backward_bytes(int N, int P, int d, int H) {
   return 4.0 * (3.0 * N * P * d + 2.0 * P * d + double(N) * P * H);
 }
 
-double cpu_step_routing_bytes(int L, int P, int d, int H) {
+double cpu_stack_forward_bytes(int n, int P, int d, int H) {
   double bytes = 0;
-  for (int s = 0; s <= 2 * L; ++s)
-    bytes += cpu_routing_forward_bytes(s + 1, P, d, H) + cpu_routing_backward_bytes(s + 1, P, d, H);
+  for (int s = 0; s < n; ++s) bytes += cpu_routing_forward_bytes(s + 1, P, d, H);
   return bytes;
+}
+double cpu_stack_backward_bytes(int n, int P, int d, int H) {
+  const double pairs = 0.5 * n * (n + 1.0);  // Σ_s (s + 1)
+  return 4.0 * (pairs * (double(P) * d + double(P) * H) + 4.0 * n * double(P) * d);
+}
+
+double cpu_step_routing_bytes(int L, int P, int d, int H) {
+  return cpu_stack_forward_bytes(2 * L + 1, P, d, H) + cpu_stack_backward_bytes(2 * L + 1, P, d, H);
 }
 
 double cpu_copy_gbps(long floats, int repeats) {
@@ -120,6 +128,75 @@ std::vector<CpuRoutingRow> bench_routing_cpu(int N, int P, int d, int H, int rep
     add("forward", "2 fast", ms[2], fwd_bytes);
     add("backward", "1 ref", ms[3], bwd_bytes);
     add("backward", "2 fast", ms[4], bwd_bytes);
+  }
+  return rows;
+}
+
+std::vector<CpuRoutingRow> bench_routing_stack_cpu(int n, int P, int d, int H, int repeats,
+                                                   const std::vector<int>& threads) {
+  require(n >= 1 && P >= 1 && d >= 1 && H >= 1 && d % H == 0, "bench routing",
+          "need N, P, d, H >= 1 with H dividing d, got N = ", n, ", P = ", P, ", d = ", d,
+          ", H = ", H);
+  require(repeats >= 1, "bench routing", "repeats must be at least 1");
+  Rng rng(2);
+  std::vector<Mat<float>> sources, dsources(n, Mat<float>::Zero(P, d)), douts, outs(n);
+  for (int i = 0; i < n; ++i) {
+    sources.push_back(rng.normal_matrix<float>(P, d));
+    douts.push_back(rng.normal_matrix<float>(P, d));
+  }
+  const Mat<float> q = rng.normal_matrix<float>(n, d, 0, 0.1);
+  const Mat<float> g = rng.normal_matrix<float>(n, d, 1, 0.1);
+  Mat<float> dq = Mat<float>::Zero(n, d), dg = Mat<float>::Zero(n, d);
+  std::vector<RoutingSaved<float>> saved(n);
+  const long floats = long(n) * P * d;
+  std::vector<float> src(static_cast<std::size_t>(floats), 1.0f),
+      dst(static_cast<std::size_t>(floats));
+  auto forward = [&] {
+    for (int s = 0; s < n; ++s)
+      routing_forward_fast<float>(outs[s], saved[s],
+                                  std::span<const Mat<float>>(sources.data(), s + 1), q.row(s),
+                                  g.row(s), H);
+  };
+  // Version 2 as the model ran it: zeroed source gradients, then the sites last to first.
+  auto backward_v2 = [&] {
+    for (auto& m : dsources) m.setZero();
+    for (int s = n - 1; s >= 0; --s)
+      routing_backward_fast<float>(
+          std::span<Mat<float>>(dsources.data(), s + 1), dq.row(s), dg.row(s), douts[s], outs[s],
+          saved[s], std::span<const Mat<float>>(sources.data(), s + 1), q.row(s), g.row(s), H);
+  };
+  // Version 3 as the model runs it: a site added, then the source only it and later sites read.
+  auto backward_v3 = [&] {
+    RoutingStackBackward<float> stack(sources, H);
+    stack.add_site(n - 1, douts[n - 1], outs[n - 1], saved[n - 1], q.row(n - 1), g.row(n - 1));
+    for (int s = n - 1; s >= 1; --s) {
+      stack.source_gradient(s, dsources[s]);
+      stack.add_site(s - 1, douts[s - 1], outs[s - 1], saved[s - 1], q.row(s - 1), g.row(s - 1));
+    }
+    stack.source_gradient(0, dsources[0]);
+    stack.parameter_gradients(dq, dg);
+  };
+  forward();  // the saved state both backwards read
+
+  const double fwd_bytes = cpu_stack_forward_bytes(n, P, d, H);
+  const double bwd_bytes = cpu_stack_backward_bytes(n, P, d, H);
+  std::vector<CpuRoutingRow> rows;
+  for (const int t : threads) {
+#ifdef _OPENMP
+    omp_set_num_threads(t);
+#endif
+    const std::vector<double> ms = best_ms(
+        {[&] { copy_loop(dst.data(), src.data(), floats); }, forward, backward_v2, backward_v3},
+        repeats);
+    const double copy_gbps = 8.0 * double(floats) / (ms[0] * 1e6);
+    auto add = [&](const std::string& op, const std::string& version, double t_ms, double bytes) {
+      const double gbps = bytes / (t_ms * 1e6);
+      rows.push_back({op, version, t, t_ms, bytes, gbps, 100.0 * gbps / copy_gbps});
+    };
+    add("copy", "-", ms[0], 8.0 * double(floats));
+    add("stack-fwd", "2 fast", ms[1], fwd_bytes);
+    add("stack-bwd", "2 fast", ms[2], bwd_bytes);
+    add("stack-bwd", "3 source", ms[3], bwd_bytes);
   }
   return rows;
 }

@@ -12,6 +12,17 @@
  *   backward  4 · (3·N·P·d + 2·P·d + N·P·H)    read sources, read and write dsources, read dout,
  *                                              out and α (dq, dg: O(d))
  *   copy      4 · 2·N·P·d                      read and write a buffer the size of the sources
+ *
+ * The stack tables time every routing site of a model at once, n sites where site s reads
+ * sources 0 … s (the N = 2L + 1 sites of attnres and mhar):
+ *   stack-fwd  Σ_s forward(N = s + 1)            each site's forward (version 2)
+ *   stack-bwd  4 · (Σ_s (s+1)·(P·d + P·H) + 4·n·P·d)
+ *                                              what version 3 moves: per (site, source) pair
+ *                                              dout_s and α read; per site dout_s and out_s read
+ *                                              for D; per source S_i read and dS_i written.
+ *                                              Version 2, site by site, moves about 3·P·d a pair
+ *                                              (S_i read, dS_i read and written) and is shown
+ *                                              against the same bytes.
  */
 #pragma once
 
@@ -20,7 +31,8 @@
 
 namespace mhar::toy {
 
-/// One measurement: op "copy", "forward" or "backward"; version "-", "1 ref" or "2 fast".
+/// One measurement: op "copy", "forward", "backward", "stack-fwd" or "stack-bwd"; version "-",
+/// "1 ref", "2 fast" or "3 source".
 struct CpuRoutingRow {
   std::string op, version;
   int threads = 1;
@@ -35,9 +47,13 @@ double cpu_routing_forward_bytes(int N, int P, int d, int H);
 /// Bytes one routing backward moves (formula above).
 double cpu_routing_backward_bytes(int N, int P, int d, int H);
 
-/// Bytes the routing of one training step moves: the forward and the backward (formulas above)
-/// at each of the 2L + 1 sites of an attnres or mhar model, site s reading N = s + 1 sources of
-/// P × d (P = batch · T).
+/// Bytes the forwards of a stack of n sites move, site s reading s + 1 sources (formula above).
+double cpu_stack_forward_bytes(int n, int P, int d, int H);
+/// Bytes version 3's backward of a stack of n sites moves (formula above).
+double cpu_stack_backward_bytes(int n, int P, int d, int H);
+
+/// Bytes the routing of one training step moves: the stack forward and backward (formulas
+/// above) over the 2L + 1 sites of an attnres or mhar model, P = batch · T positions.
 double cpu_step_routing_bytes(int L, int P, int d, int H);
 
 /// GB/s (read and write bytes, as for "copy" above) of the copy loop over two buffers of `floats`
@@ -53,5 +69,16 @@ double cpu_copy_gbps(long floats, int repeats);
  */
 std::vector<CpuRoutingRow> bench_routing_cpu(int N, int P, int d, int H, int repeats,
                                              const std::vector<int>& threads);
+
+/**
+ * @brief For each thread count: the copy loop (over n·P·d floats), the forwards of a stack of n
+ *        sites (site s reads sources 0 … s), and its backward by version 2 (site by site, last
+ *        first, on zeroed source gradients) and by version 3 (RoutingStackBackward), as the
+ *        model runs each; in rounds, fastest of `repeats` after a warm-up.
+ *
+ * Needs about 5·n·P·d floats. Throws ShapeError on bad shapes.
+ */
+std::vector<CpuRoutingRow> bench_routing_stack_cpu(int n, int P, int d, int H, int repeats,
+                                                   const std::vector<int>& threads);
 
 }  // namespace mhar::toy

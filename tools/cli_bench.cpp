@@ -287,7 +287,7 @@ Config paper_100m() {
 constexpr int kPaperBatch = 32;
 #endif
 
-/// `bench routing --device cpu`: both CPU versions at the given shape or at the final routing
+/// `bench routing --device cpu`: the CPU versions at the given shape or at the final routing
 /// site of the two CPU step shapes of docs/benchmarks.md (N = 2L + 1 sources): the default
 /// model at batch 16, and the paper's 100M model (d 512, L 12) at batch 4 (P = 4 · 128).
 void bench_routing_cpu_table(int N, int P, int d, int H, int repeats, int threads) {
@@ -322,6 +322,15 @@ void bench_routing_cpu_table(int N, int P, int d, int H, int repeats, int thread
     fmt::print("{:<10} {:<8} {:>7} {:>10} {:>10} {:>8} {:>8}\n", "op", "version", "threads", "ms",
                "MB", "GB/s", "% copy");
     for (const auto& r : bench_routing_cpu(sh.N, sh.P, sh.d, sh.H, repeats, counts))
+      fmt::print("{:<10} {:<8} {:>7} {:>10.3f} {:>10.2f} {:>8.2f} {:>7.1f}%\n", r.op, r.version,
+                 r.threads, r.ms, r.bytes / 1e6, r.gbps, r.pct_copy);
+    fmt::print(
+        "CPU routing, {} shape, all {} sites of the stack (site s reads sources 0 … s, as in "
+        "attnres and mhar): P={} d={} H={}\n",
+        sh.name, sh.N, sh.P, sh.d, sh.H);
+    fmt::print("{:<10} {:<8} {:>7} {:>10} {:>10} {:>8} {:>8}\n", "op", "version", "threads", "ms",
+               "MB", "GB/s", "% copy");
+    for (const auto& r : bench_routing_stack_cpu(sh.N, sh.P, sh.d, sh.H, repeats, counts))
       fmt::print("{:<10} {:<8} {:>7} {:>10.3f} {:>10.2f} {:>8.2f} {:>7.1f}%\n", r.op, r.version,
                  r.threads, r.ms, r.bytes / 1e6, r.gbps, r.pct_copy);
   }

@@ -580,10 +580,12 @@ TEST_CASE("sample: the same greedy text with and without the decode cache, past 
 
 TEST_CASE("bench step --device cpu times each mode and what routing at copy speed would add",
           "[cli][bench]") {
-  // The bytes: forward 4·(N·P·d + P·d + N·P·H) and backward 4·(3·N·P·d + 2·P·d + N·P·H) at sites
-  // N = 1 … 2L + 1. L = 1, P = 8, d = 4, H = 2, so ΣN = 6 over 3 sites:
-  // forward 4·(6·32 + 3·32 + 6·16) = 1536, backward 4·(3·6·32 + 3·64 + 6·16) = 3456.
-  CHECK(mhar::toy::cpu_step_routing_bytes(1, 8, 4, 2) == 1536.0 + 3456.0);
+  // The bytes: forward 4·(N·P·d + P·d + N·P·H) at sites N = 1 … n = 2L + 1, and the stack
+  // backward (version 3) 4·(ΣN·(P·d + P·H) + 4·n·P·d). L = 1, P = 8, d = 4, H = 2, so ΣN = 6
+  // over 3 sites: forward 4·(6·32 + 3·32 + 6·16) = 1536, backward 4·(6·(32 + 16) + 12·32) = 2688.
+  CHECK(mhar::toy::cpu_stack_forward_bytes(3, 8, 4, 2) == 1536.0);
+  CHECK(mhar::toy::cpu_stack_backward_bytes(3, 8, 4, 2) == 2688.0);
+  CHECK(mhar::toy::cpu_step_routing_bytes(1, 8, 4, 2) == 1536.0 + 2688.0);
   const Result r =
       toy("bench step --device cpu --d 16 -L 1 --n-head 2 --n-kv-head 1 --ffn 16 -T 8 -B 2 "
           "-H 2 --repeats 1 --threads 1");
@@ -591,14 +593,16 @@ TEST_CASE("bench step --device cpu times each mode and what routing at copy spee
   REQUIRE(r.code == 0);
   for (const std::string mode : {"residual", "attnres", "mhar"})
     CHECK_THAT(r.out, Contains("\n" + mode + " "));
-  // L = 1, P = 16, d = 16, H = 2: 4·(6·256 + 3·256 + 6·32) + 4·(18·256 + 6·256 + 6·32) bytes
+  // L = 1, P = 16, d = 16, H = 2: 4·(6·256 + 3·256 + 6·32) + 4·(6·(256 + 32) + 12·256) bytes
   CHECK_THAT(r.out, Contains(fmt::format("mhar's routing moves {:.1f} MB a step",
                                          mhar::toy::cpu_step_routing_bytes(1, 16, 16, 2) / 1e6)));
   CHECK_THAT(r.out, Contains("a 64 MiB copy ran at"));
 }
 
-TEST_CASE("bench routing --device cpu times copy and both routing versions on 1 and 2 threads",
-          "[cli][bench]") {
+TEST_CASE(
+    "bench routing --device cpu times copy and the routing versions on 1 and 2 threads, one site "
+    "and the whole stack",
+    "[cli][bench]") {
   // A small shape and one repeat: this checks the table, never the speed.
   const Result r =
       toy("bench routing --device cpu -N 3 -P 40 --width 16 --route-heads 4 --repeats 1 "
@@ -614,15 +618,21 @@ TEST_CASE("bench routing --device cpu times copy and both routing versions on 1 
     std::istringstream w(line);
     std::string op, v1, v2, t;
     w >> op >> v1;
-    if (op != "copy" && op != "forward" && op != "backward") continue;
+    if (op != "copy" && op != "forward" && op != "backward" && op != "stack-fwd" &&
+        op != "stack-bwd")
+      continue;
     if (v1 != "-") w >> v2;
     w >> t;
     ++rows[op + " " + v1 + (v2.empty() ? "" : " " + v2) + " @" + t];
   }
+  CHECK_THAT(r.out, Contains("all 3 sites of the stack"));
   for (const std::string t : {"1", "2"}) {
-    CHECK(rows["copy - @" + t] == 1);
+    CHECK(rows["copy - @" + t] == 2);  // one for the site's table, one for the stack's
     for (const std::string op : {"forward", "backward"})
       for (const std::string v : {"1 ref", "2 fast"}) CHECK(rows[op + " " + v + " @" + t] == 1);
+    CHECK(rows["stack-fwd 2 fast @" + t] == 1);
+    CHECK(rows["stack-bwd 2 fast @" + t] == 1);
+    CHECK(rows["stack-bwd 3 source @" + t] == 1);
   }
 }
 
