@@ -71,6 +71,14 @@ inline Eigen::Index sub_block_rows(std::size_t N, Eigen::Index d, Eigen::Index P
   return std::clamp<Eigen::Index>(rows, 1, std::min(P, kRoutingBlock));
 }
 
+/// Asks the cache for the 32 values at x (two 64-byte lines of floats, four of doubles) ahead of
+/// their use; a hint only, so no result depends on it. Callers keep x inside the matrix.
+template <typename T>
+inline void prefetch_32(const T* x) {
+  const char* bytes = reinterpret_cast<const char*>(x);
+  for (std::size_t k = 0; k < 32 * sizeof(T); k += 64) __builtin_prefetch(bytes + k, 0, 3);
+}
+
 /// Rounds n up to a whole number of vector steps.
 inline std::size_t whole_lanes(std::size_t n) {
   return (n + kLanes - 1) / kLanes * kLanes;

@@ -145,6 +145,9 @@ void RoutingStackBackward<T>::source_gradient(int i, Mat<T>& dsource) {
         const Eigen::Index k = p - p0;
         const T* S = Si.data() + p * d;
         T* dS = dsource.data() + p * d;
+        // While this pass works from cache, ask for the next sub-block's dout rows (R rows on,
+        // the same columns), which the next pass 1 reads from memory.
+        const Eigen::Index ahead = p + R < P ? R * d : 0;
         T csum = 0;
         for (int m = 0; m < M; ++m) csum += coef_of(m)[k];
         for (int h = 0; h < H; ++h) {
@@ -158,6 +161,7 @@ void RoutingStackBackward<T>::source_gradient(int i, Mat<T>& dsource) {
               const T al = al_of(m)[k * H + h], zr = zr_of(m)[k * H + h];
               const T* dO = dout[m] + p * d + c;
               const T* u = qg[m] + c;
+              if (ahead) prefetch_32(dO + ahead);
               acc0 += al * In<T>(dO) + zr * In<T>(u);
               acc1 += al * In<T>(dO + kLanes) + zr * In<T>(u + kLanes);
               acc2 += al * In<T>(dO + 2 * kLanes) + zr * In<T>(u + 2 * kLanes);
