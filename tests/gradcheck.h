@@ -20,6 +20,14 @@
 
 namespace mhar::test {
 
+/// max |a − truth| / max |truth| (the scale floored at 1e-30): one output's error on its own
+/// scale, for comparing a float or another loop order against a double truth.
+template <typename A, typename B>
+double scaled_error(const Eigen::MatrixBase<A>& a, const Eigen::MatrixBase<B>& truth) {
+  const double scale = std::max(truth.cwiseAbs().maxCoeff(), 1e-30);
+  return (a.template cast<double>() - truth).cwiseAbs().maxCoeff() / scale;
+}
+
 /// Step of the central difference: truncation error ~ h² ~ 1e-10, rounding ~ 1e-16/h ~ 1e-11.
 inline constexpr double kFdStep = 1e-5;
 /// A gradient passes when its worst relative error is below this: ~1000× the expected FD error,

@@ -73,8 +73,7 @@ template <typename T>
 double worst_rel(const Run<T>& x, const Run<double>& truth) {
   double worst = 0;
   auto group = [&](const auto& a, const auto& t) {
-    const double scale = std::max(t.cwiseAbs().maxCoeff(), 1e-30);
-    worst = std::max(worst, (a.template cast<double>() - t).cwiseAbs().maxCoeff() / scale);
+    worst = std::max(worst, mhar::test::scaled_error(a, t));
   };
   group(x.out, truth.out);
   for (std::size_t i = 0; i < truth.dS.size(); ++i) {

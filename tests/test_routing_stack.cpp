@@ -131,8 +131,7 @@ template <typename T>
 double worst_rel(const Grads<T>& x, const Grads<double>& truth) {
   double worst = 0;
   auto group = [&](const auto& a, const auto& t) {
-    const double scale = std::max(t.cwiseAbs().maxCoeff(), 1e-30);
-    worst = std::max(worst, (a.template cast<double>() - t).cwiseAbs().maxCoeff() / scale);
+    worst = std::max(worst, mhar::test::scaled_error(a, t));
   };
   for (std::size_t i = 0; i < truth.dS.size(); ++i) group(x.dS[i], truth.dS[i]);
   group(x.dq, truth.dq);

@@ -53,6 +53,37 @@ void copy_loop(float* dst, const float* src, long n) {
   }
 }
 
+/// One op of a table: its name, version, the bytes it moves, and the call to time.
+struct TimedOp {
+  std::string op, version;
+  double bytes;
+  std::function<void()> run;
+};
+
+/// For each thread count: the copy loop `copy` (moving copy_bytes) and every op timed in rounds
+/// (best_ms); one row each, every op's GB/s also as a percentage of the copy loop's.
+std::vector<CpuRoutingRow> time_against_copy(const std::vector<int>& threads, int repeats,
+                                             const std::function<void()>& copy, double copy_bytes,
+                                             const std::vector<TimedOp>& ops) {
+  std::vector<std::function<void()>> fs = {copy};
+  for (const TimedOp& o : ops) fs.push_back(o.run);
+  std::vector<CpuRoutingRow> rows;
+  for (const int t : threads) {
+#ifdef _OPENMP
+    omp_set_num_threads(t);
+#endif
+    const std::vector<double> ms = best_ms(fs, repeats);
+    const double copy_gbps = copy_bytes / (ms[0] * 1e6);
+    rows.push_back({"copy", "-", t, ms[0], copy_bytes, copy_gbps, 100.0});
+    for (std::size_t k = 0; k < ops.size(); ++k) {
+      const double gbps = ops[k].bytes / (ms[k + 1] * 1e6);
+      rows.push_back(
+          {ops[k].op, ops[k].version, t, ms[k + 1], ops[k].bytes, gbps, 100.0 * gbps / copy_gbps});
+    }
+  }
+  return rows;
+}
+
 }  // namespace
 
 double cpu_routing_forward_bytes(int N, int P, int d, int H) {
@@ -106,30 +137,15 @@ std::vector<CpuRoutingRow> bench_routing_cpu(int N, int P, int d, int H, int rep
 
   const double fwd_bytes = cpu_routing_forward_bytes(N, P, d, H);
   const double bwd_bytes = cpu_routing_backward_bytes(N, P, d, H);
-  std::vector<CpuRoutingRow> rows;
-  for (const int t : threads) {
-#ifdef _OPENMP
-    omp_set_num_threads(t);
-#endif
-    const std::vector<double> ms = best_ms(
-        {[&] { copy_loop(dst.data(), src.data(), n); },
-         [&] { routing_forward<float>(out, saved, S, q, g, H); },
-         [&] { routing_forward_fast<float>(out, saved, S, q, g, H); },
-         [&] { routing_backward<float>(dsources, dq, dg, dout, out, saved, S, q, g, H); },
-         [&] { routing_backward_fast<float>(dsources, dq, dg, dout, out, saved, S, q, g, H); }},
-        repeats);
-    const double copy_gbps = 8.0 * double(n) / (ms[0] * 1e6);
-    auto add = [&](const std::string& op, const std::string& version, double t_ms, double bytes) {
-      const double gbps = bytes / (t_ms * 1e6);
-      rows.push_back({op, version, t, t_ms, bytes, gbps, 100.0 * gbps / copy_gbps});
-    };
-    add("copy", "-", ms[0], 8.0 * double(n));
-    add("forward", "1 ref", ms[1], fwd_bytes);
-    add("forward", "2 fast", ms[2], fwd_bytes);
-    add("backward", "1 ref", ms[3], bwd_bytes);
-    add("backward", "2 fast", ms[4], bwd_bytes);
-  }
-  return rows;
+  return time_against_copy(
+      threads, repeats, [&] { copy_loop(dst.data(), src.data(), n); }, 8.0 * double(n),
+      {{"forward", "1 ref", fwd_bytes, [&] { routing_forward<float>(out, saved, S, q, g, H); }},
+       {"forward", "2 fast", fwd_bytes,
+        [&] { routing_forward_fast<float>(out, saved, S, q, g, H); }},
+       {"backward", "1 ref", bwd_bytes,
+        [&] { routing_backward<float>(dsources, dq, dg, dout, out, saved, S, q, g, H); }},
+       {"backward", "2 fast", bwd_bytes,
+        [&] { routing_backward_fast<float>(dsources, dq, dg, dout, out, saved, S, q, g, H); }}});
 }
 
 std::vector<CpuRoutingRow> bench_routing_stack_cpu(int n, int P, int d, int H, int repeats,
@@ -180,25 +196,11 @@ std::vector<CpuRoutingRow> bench_routing_stack_cpu(int n, int P, int d, int H, i
 
   const double fwd_bytes = cpu_stack_forward_bytes(n, P, d, H);
   const double bwd_bytes = cpu_stack_backward_bytes(n, P, d, H);
-  std::vector<CpuRoutingRow> rows;
-  for (const int t : threads) {
-#ifdef _OPENMP
-    omp_set_num_threads(t);
-#endif
-    const std::vector<double> ms = best_ms(
-        {[&] { copy_loop(dst.data(), src.data(), floats); }, forward, backward_v2, backward_v3},
-        repeats);
-    const double copy_gbps = 8.0 * double(floats) / (ms[0] * 1e6);
-    auto add = [&](const std::string& op, const std::string& version, double t_ms, double bytes) {
-      const double gbps = bytes / (t_ms * 1e6);
-      rows.push_back({op, version, t, t_ms, bytes, gbps, 100.0 * gbps / copy_gbps});
-    };
-    add("copy", "-", ms[0], 8.0 * double(floats));
-    add("stack-fwd", "2 fast", ms[1], fwd_bytes);
-    add("stack-bwd", "2 fast", ms[2], bwd_bytes);
-    add("stack-bwd", "3 source", ms[3], bwd_bytes);
-  }
-  return rows;
+  return time_against_copy(threads, repeats, [&] { copy_loop(dst.data(), src.data(), floats); },
+                           8.0 * double(floats),
+                           {{"stack-fwd", "2 fast", fwd_bytes, forward},
+                            {"stack-bwd", "2 fast", bwd_bytes, backward_v2},
+                            {"stack-bwd", "3 source", bwd_bytes, backward_v3}});
 }
 
 }  // namespace mhar::toy
