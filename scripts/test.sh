@@ -12,6 +12,12 @@ status=0
 ctest --output-on-failure --parallel "$(nproc)" || status=$?
 log=Testing/Temporary/LastTest.log
 if [ -f "$log" ]; then
+  # ctest's "100% tests passed ... out of N" counts its skipped tests in N; say the three apart.
+  passed=$(grep -c '^Test Passed\.' "$log" || true)
+  skipped=$(grep -c '^Skip regular expression found in output' "$log" || true)
+  failed=$(grep -c '^Test Failed\.' "$log" || true)
+  echo
+  echo "tests: $passed passed, $skipped skipped (no GPU; listed above as \"did not run\"), $failed failed"
   n=$(grep -c '^gradcheck ' "$log" || true)
   worst=$(grep '^gradcheck ' "$log" | sed -E 's/.*worst relative error ([^ ]+).*/\1/' | sort -g | tail -1)
   echo
