@@ -468,6 +468,23 @@ void model_backward(Params<T>& grads, const Config& cfg, const Params<T>& p, con
   }
   Mat<T> dh;  // ∂loss/∂h_{j+1} for the stream modes (from ∂loss/∂final below)
 
+  // ∂loss/∂prim_k, once every site that read it is done: what the sites gave (version 3 sums
+  // it now; block and delta added it up in dprims[k], not read again) plus the stream's share.
+  auto prim_gradient = [&](int k) {
+    Mat<T> g;
+    if (by_source)
+      stack->source_gradient(k, g);
+    else if (!dprims.empty())
+      g = std::move(dprims[k]);
+    if (stream_mode(cfg.mode)) {
+      if (g.size() == 0)
+        g = dh;
+      else
+        g += dh;
+    }
+    return g;
+  };
+
   // The backward of one routing site s, given ∂loss/∂(its output).
   auto route_site_backward = [&](int s, Mat<T> dsite) {
     if (by_source) {
@@ -494,15 +511,7 @@ void model_backward(Params<T>& grads, const Config& cfg, const Params<T>& p, con
     const LayerParams<T>& y = p.layers[l];
     LayerParams<T>& gy = grads.layers[l];
     // ∂loss/∂out_j: every later site that read it, plus the stream h_{j+1} = h_j + out_j
-    Mat<T> dout;
-    if (by_source) {
-      stack->source_gradient(j + 1, dout);
-    } else if (cfg.mode == Mode::Residual) {
-      dout = dh;
-    } else {
-      dout = dprims[j + 1];
-      if (stream_mode(cfg.mode)) dout += dh;
-    }
+    const Mat<T> dout = prim_gradient(j + 1);
 
     // from (3): back through the sub-layer to dnormed_j
     Mat<T> dnormed;
@@ -546,16 +555,8 @@ void model_backward(Params<T>& grads, const Config& cfg, const Params<T>& p, con
     }
   }
   // E was read as primitive 0 and as h_0
-  Mat<T> demb;
-  if (by_source) {
-    stack->source_gradient(0, demb);
-    stack->parameter_gradients(grads.route_q, grads.route_g);
-  } else if (cfg.mode == Mode::Residual) {
-    demb = dh;
-  } else {
-    demb = dprims[0];
-    if (stream_mode(cfg.mode)) demb += dh;
-  }
+  const Mat<T> demb = prim_gradient(0);
+  if (by_source) stack->parameter_gradients(grads.route_q, grads.route_g);
   embedding_backward(grads.embed, demb, c.tokens);
 }
 

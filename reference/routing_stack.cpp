@@ -101,14 +101,13 @@ void RoutingStackBackward<T>::source_gradient(int i, Mat<T>& dsource) {
   }
   // Rows of a sub-block: R rows of S_i, of dS_i and of each site's dout in about 256 KB of cache.
   const Eigen::Index R = sub_block_rows(static_cast<std::size_t>(M) + 2, d, P, sizeof(T));
-  const std::size_t per_site = static_cast<std::size_t>(R) * (2 * H + 1);
-  // Per site m: α_i[p][h] and dzr[p][h] (R × H each) and coef[p] (R), then a[h], kp[h].
+  const std::size_t per_site = static_cast<std::size_t>(R) * (H + 1);
+  // Per site m: dzr[p][h] (R × H) and coef[p] (R), then a[h], kp[h].
   Scratch<T> scratch(per_site * M + 2 * static_cast<std::size_t>(H));
 
   for_each_block(blocks_, worth_threads(M, P, d), [&](Eigen::Index b) {
     T* const w = scratch.mine();
-    auto al_of = [&](int m) { return w + m * per_site; };    // R × H
-    auto zr_of = [&](int m) { return al_of(m) + R * H; };    // R × H
+    auto zr_of = [&](int m) { return w + m * per_site; };    // R × H
     auto coef_of = [&](int m) { return zr_of(m) + R * H; };  // R
     T* a = w + per_site * M;
     T* kp = a + H;
@@ -130,7 +129,6 @@ void RoutingStackBackward<T>::source_gradient(int i, Mat<T>& dsource) {
           T uS = 0;
           for (int h = 0; h < H; ++h) {
             const T dz = al_p[h] * (a[h] - D[h]);
-            al_of(m)[k * H + h] = al_p[h];
             zr_of(m)[k * H + h] = r * dz;  // dzr = r_i · dz_i
             uS += dz * kp[h];
           }
@@ -158,7 +156,7 @@ void RoutingStackBackward<T>::source_gradient(int i, Mat<T>& dsource) {
                      acc2 = -csum * In<T>(S + c + 2 * kLanes),
                      acc3 = -csum * In<T>(S + c + 3 * kLanes);
             for (int m = 0; m < M; ++m) {
-              const T al = al_of(m)[k * H + h], zr = zr_of(m)[k * H + h];
+              const T al = alpha[m][p * H + h], zr = zr_of(m)[k * H + h];
               const T* dO = dout[m] + p * d + c;
               const T* u = qg[m] + c;
               if (ahead) prefetch_32(dO + ahead);
@@ -175,14 +173,14 @@ void RoutingStackBackward<T>::source_gradient(int i, Mat<T>& dsource) {
           for (; c + kLanes <= end; c += kLanes) {
             Lanes<T> acc = -csum * In<T>(S + c);
             for (int m = 0; m < M; ++m)
-              acc += al_of(m)[k * H + h] * In<T>(dout[m] + p * d + c) +
+              acc += alpha[m][p * H + h] * In<T>(dout[m] + p * d + c) +
                      zr_of(m)[k * H + h] * In<T>(qg[m] + c);
             Out<T>(dS + c) = acc;
           }
           for (; c < end; ++c) {
             T acc = -csum * S[c];
             for (int m = 0; m < M; ++m)
-              acc += al_of(m)[k * H + h] * dout[m][p * d + c] + zr_of(m)[k * H + h] * qg[m][c];
+              acc += alpha[m][p * H + h] * dout[m][p * d + c] + zr_of(m)[k * H + h] * qg[m][c];
             dS[c] = acc;
           }
         }

@@ -53,6 +53,14 @@ void copy_loop(float* dst, const float* src, long n) {
   }
 }
 
+/// Throws ShapeError unless the shape is one routing can run and repeats ≥ 1.
+void check_bench_args(int N, int P, int d, int H, int repeats) {
+  require(N >= 1 && P >= 1 && d >= 1 && H >= 1 && d % H == 0, "bench routing",
+          "need N, P, d, H >= 1 with H dividing d, got N = ", N, ", P = ", P, ", d = ", d,
+          ", H = ", H);
+  require(repeats >= 1, "bench routing", "repeats must be at least 1");
+}
+
 /// One op of a table: its name, version, the bytes it moves, and the call to time.
 struct TimedOp {
   std::string op, version;
@@ -115,10 +123,7 @@ double cpu_copy_gbps(long floats, int repeats) {
 
 std::vector<CpuRoutingRow> bench_routing_cpu(int N, int P, int d, int H, int repeats,
                                              const std::vector<int>& threads) {
-  require(N >= 1 && P >= 1 && d >= 1 && H >= 1 && d % H == 0, "bench routing",
-          "need N, P, d, H >= 1 with H dividing d, got N = ", N, ", P = ", P, ", d = ", d,
-          ", H = ", H);
-  require(repeats >= 1, "bench routing", "repeats must be at least 1");
+  check_bench_args(N, P, d, H, repeats);
   Rng rng(1);
   std::vector<Mat<float>> sources, dsources;
   for (int i = 0; i < N; ++i) {
@@ -150,10 +155,7 @@ std::vector<CpuRoutingRow> bench_routing_cpu(int N, int P, int d, int H, int rep
 
 std::vector<CpuRoutingRow> bench_routing_stack_cpu(int n, int P, int d, int H, int repeats,
                                                    const std::vector<int>& threads) {
-  require(n >= 1 && P >= 1 && d >= 1 && H >= 1 && d % H == 0, "bench routing",
-          "need N, P, d, H >= 1 with H dividing d, got N = ", n, ", P = ", P, ", d = ", d,
-          ", H = ", H);
-  require(repeats >= 1, "bench routing", "repeats must be at least 1");
+  check_bench_args(n, P, d, H, repeats);
   Rng rng(2);
   std::vector<Mat<float>> sources, dsources(n, Mat<float>::Zero(P, d)), douts, outs(n);
   for (int i = 0; i < n; ++i) {

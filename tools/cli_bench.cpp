@@ -287,6 +287,16 @@ Config paper_100m() {
 constexpr int kPaperBatch = 32;
 #endif
 
+/// One CPU routing table: its title line, the column names, a row per measurement.
+void print_cpu_routing_rows(const std::string& title, const std::vector<CpuRoutingRow>& rows) {
+  fmt::print("{}\n", title);
+  fmt::print("{:<10} {:<8} {:>7} {:>10} {:>10} {:>8} {:>8}\n", "op", "version", "threads", "ms",
+             "MB", "GB/s", "% copy");
+  for (const auto& r : rows)
+    fmt::print("{:<10} {:<8} {:>7} {:>10.3f} {:>10.2f} {:>8.2f} {:>7.1f}%\n", r.op, r.version,
+               r.threads, r.ms, r.bytes / 1e6, r.gbps, r.pct_copy);
+}
+
 /// `bench routing --device cpu`: the CPU versions at the given shape or at the final routing
 /// site of the two CPU step shapes of docs/benchmarks.md (N = 2L + 1 sources): the default
 /// model at batch 16, and the paper's 100M model (d 512, L 12) at batch 4 (P = 4 · 128).
@@ -314,25 +324,16 @@ void bench_routing_cpu_table(int N, int P, int d, int H, int repeats, int thread
   std::vector<int> counts = {1};
   if (all > 1) counts.push_back(all);
   for (const Shape& sh : shapes) {
-    fmt::print(
-        "CPU routing, {} shape: N={} P={} d={} H={}, float, fastest of {} interleaved rounds "
-        "(bytes: "
-        "docs/kernels.md)\n",
-        sh.name, sh.N, sh.P, sh.d, sh.H, repeats);
-    fmt::print("{:<10} {:<8} {:>7} {:>10} {:>10} {:>8} {:>8}\n", "op", "version", "threads", "ms",
-               "MB", "GB/s", "% copy");
-    for (const auto& r : bench_routing_cpu(sh.N, sh.P, sh.d, sh.H, repeats, counts))
-      fmt::print("{:<10} {:<8} {:>7} {:>10.3f} {:>10.2f} {:>8.2f} {:>7.1f}%\n", r.op, r.version,
-                 r.threads, r.ms, r.bytes / 1e6, r.gbps, r.pct_copy);
-    fmt::print(
-        "CPU routing, {} shape, all {} sites of the stack (site s reads sources 0 … s, as in "
-        "attnres and mhar): P={} d={} H={}\n",
-        sh.name, sh.N, sh.P, sh.d, sh.H);
-    fmt::print("{:<10} {:<8} {:>7} {:>10} {:>10} {:>8} {:>8}\n", "op", "version", "threads", "ms",
-               "MB", "GB/s", "% copy");
-    for (const auto& r : bench_routing_stack_cpu(sh.N, sh.P, sh.d, sh.H, repeats, counts))
-      fmt::print("{:<10} {:<8} {:>7} {:>10.3f} {:>10.2f} {:>8.2f} {:>7.1f}%\n", r.op, r.version,
-                 r.threads, r.ms, r.bytes / 1e6, r.gbps, r.pct_copy);
+    print_cpu_routing_rows(
+        fmt::format("CPU routing, {} shape: N={} P={} d={} H={}, float, fastest of {} interleaved "
+                    "rounds (bytes: docs/kernels.md)",
+                    sh.name, sh.N, sh.P, sh.d, sh.H, repeats),
+        bench_routing_cpu(sh.N, sh.P, sh.d, sh.H, repeats, counts));
+    print_cpu_routing_rows(
+        fmt::format("CPU routing, {} shape, all {} sites of the stack (site s reads sources 0 … "
+                    "s, as in attnres and mhar): P={} d={} H={}",
+                    sh.name, sh.N, sh.P, sh.d, sh.H),
+        bench_routing_stack_cpu(sh.N, sh.P, sh.d, sh.H, repeats, counts));
   }
 }
 

@@ -428,20 +428,16 @@ int run_loop(const TrainOptions& o, const fs::path& dir, Params<float>& p, Param
     progress.print(
         o, s, r, val, last_val, tps,
         elapsed / static_cast<double>(s - start_step) * static_cast<double>(o.steps - s));
-    bool synced = false;
-    auto sync_once = [&] {  // p, m, v on the host are current
-      if (!synced) backend->sync();
-      synced = true;
-    };
-    if (o.heatmap_every > 0 && s % o.heatmap_every == 0) {
-      sync_once();
+    const bool heatmap_now = o.heatmap_every > 0 && s % o.heatmap_every == 0;
+    if (heatmap_now) {
+      backend->sync();  // p, m, v on the host are current
       heatmaps(dir, o, p, corpus, s);
     }
     // Read once, after the heatmap: a Ctrl-C that comes while it is written still saves this step
     // (it used to be read before, and such a Ctrl-C said "saved" without saving).
     const bool interrupted = g_interrupted;
     if (s % o.ckpt_every == 0 || s == o.steps || interrupted) {
-      sync_once();
+      if (!heatmap_now) backend->sync();
       save_state(dir, o, p, m, v, s);
       last_saved = s;
     }
