@@ -20,8 +20,8 @@
 #include <optional>
 #include <sstream>
 
-#include "routing_fast.h"   // the routing forward (and the backward of block, delta): version 2
-#include "routing_stack.h"  // the routing backward of attnres, mhar: version 3
+#include "routing_fast.h"   // the routing of block and delta: version 2
+#include "routing_stack.h"  // the routing of attnres, mhar: versions 4 (forward) and 3 (backward)
 
 namespace mhar {
 
@@ -339,17 +339,20 @@ void forward_hidden(const Config& cfg, const Params<T>& p, const std::vector<int
   c.site_out.resize(cfg.n_sites());
   c.route.resize(cfg.n_sites());
 
+  // AttnRes and MHAR: site s reads primitives 0 … s, so the whole stack's routing forward runs
+  // as version 4 (routing_stack.h): each primitive's logits at every later site are computed
+  // when it is written, and a site routes over [E, out_0 … out_{s−1}] without a copy.
+  std::optional<RoutingStackForward<T>> stack;
+  if (cfg.mode == Mode::AttnRes || cfg.mode == Mode::Mhar) {
+    stack.emplace(p.route_q, p.route_g, H, std::span<RoutingSaved<T>>(c.route));
+    stack->add_source(0, c.prims[0]);
+  }
+
+  // Block and delta: route site s over its gathered sources into c.site_out[s].
   auto route_site = [&](int s) -> const Mat<T>& {
-    if (cfg.mode == Mode::AttnRes || cfg.mode == Mode::Mhar) {
-      // route over [E, out_0 … out_{s−1}]: the first s + 1 primitives, no copy
-      routing_forward_fast<T>(c.site_out[s], c.route[s],
-                              std::span<const Mat<T>>(c.prims.data(), s + 1), p.route_q.row(s),
-                              p.route_g.row(s), H);
-    } else {
-      c.site_sources[s] = gather_sources(site_groups(cfg, s), c.prims, p);
-      routing_forward_fast<T>(c.site_out[s], c.route[s], c.site_sources[s], p.route_q.row(s),
-                              p.route_g.row(s), H);
-    }
+    c.site_sources[s] = gather_sources(site_groups(cfg, s), c.prims, p);
+    routing_forward_fast<T>(c.site_out[s], c.route[s], c.site_sources[s], p.route_q.row(s),
+                            p.route_g.row(s), H);
     return c.site_out[s];
   };
 
@@ -359,13 +362,16 @@ void forward_hidden(const Config& cfg, const Params<T>& p, const std::vector<int
     // (1) input_j
     switch (cfg.mode) {
       case Mode::Residual:
-        c.inputs[j] = h;
+        c.inputs[j] = std::move(h);  // h_j, kept for the backward; h_{j+1} is a new matrix
         break;
       case Mode::Delta:
         c.inputs[j] = h + p.delta_gate(0, j) * route_site(j);
         break;
-      default:
+      case Mode::Block:
         c.inputs[j] = route_site(j);
+        break;
+      default:  // attnres, mhar: the site's output is input_j (one matrix, not a copy)
+        stack->site(j, c.inputs[j]);
         break;
     }
     // (2) normed_j = RMSNorm_j(input_j)
@@ -389,11 +395,18 @@ void forward_hidden(const Config& cfg, const Params<T>& p, const std::vector<int
     } else {
       mlp_forward(out, c.mlp[l], c.normed[j], y.w_gate, y.w_up, y.w_down);
     }
-    if (stream_mode(cfg.mode)) h += out;  // h_{j+1} = h_j + out_j
+    if (cfg.mode == Mode::Residual) h = c.inputs[j] + out;  // h_{j+1} = h_j + out_j
+    if (cfg.mode == Mode::Delta) h += out;
     c.prims.push_back(std::move(out));
+    if (stack) stack->add_source(j + 1, c.prims.back());
   }
   // (4) the final read
-  c.final_in = stream_mode(cfg.mode) ? h : route_site(n_sub);
+  if (stack)
+    stack->site(n_sub, c.final_in);
+  else if (stream_mode(cfg.mode))
+    c.final_in = std::move(h);
+  else
+    c.final_in = route_site(n_sub);
   // (5) final norm
   rmsnorm_forward<T>(c.final_normed, c.final_rinv, c.final_in, p.final_norm.row(0));
 }
@@ -488,8 +501,11 @@ void model_backward(Params<T>& grads, const Config& cfg, const Params<T>& p, con
   // The backward of one routing site s, given ∂loss/∂(its output).
   auto route_site_backward = [&](int s, Mat<T> dsite) {
     if (by_source) {
+      // attnres, mhar: site s's output is input_s (the final read's, final_in), which the
+      // RMSNorm's backward has just read
+      const Mat<T>& out = s < n_sub ? c.inputs[s] : c.final_in;
       dsites[s] = std::move(dsite);
-      stack->add_site(s, dsites[s], c.site_out[s], c.route[s], p.route_q.row(s), p.route_g.row(s));
+      stack->add_site(s, dsites[s], out, c.route[s], p.route_q.row(s), p.route_g.row(s));
     } else {
       const auto groups = site_groups(cfg, s);
       std::vector<Mat<T>> dsrc(groups.size(), Mat<T>::Zero(P, cfg.d));

@@ -144,9 +144,10 @@ struct Cache {
   std::vector<std::vector<Mat<T>>> probs;         ///< per layer: attention probabilities
   std::vector<MlpSaved<T>> mlp;                   ///< per layer
   std::vector<std::vector<Mat<T>>> site_sources;  ///< block, delta: the sources each site read
-  std::vector<Mat<T>> site_out;                   ///< routed modes: each site's routing output
-  std::vector<RoutingSaved<T>> route;             ///< routed modes: α and r per site
-  Mat<T> final_in;                                ///< input of the final norm
+  std::vector<Mat<T>> site_out;        ///< block, delta: each site's routing output (attnres and
+                                       ///< mhar route straight into inputs[j] and final_in)
+  std::vector<RoutingSaved<T>> route;  ///< routed modes: α and r per site
+  Mat<T> final_in;                     ///< input of the final norm
   Vec<T> final_rinv;
   Mat<T> final_normed;
   Mat<T> probs_out;  ///< softmax of the logits, P × vocab

@@ -92,16 +92,17 @@ void routing_forward(Mat<T>& out, RoutingSaved<T>& saved, std::span<const Mat<T>
   const RowVec<T> qg = q.cwiseProduct(g);  // the key projection q ⊙ g
 
   saved.alpha.assign(N, Mat<T>(P, H));
+  saved.logits.assign(N, Mat<T>(P, H));
   saved.rinv.assign(N, Vec<T>());
-  std::vector<Mat<T>>& z = saved.alpha;  // logits, turned into weights in place at (3)
+  const std::vector<Mat<T>>& z = saved.logits;
   for (std::size_t i = 0; i < N; ++i) {
     const Mat<T>& S = sources[i];
     // (1) r_i = 1 / sqrt( mean_c S_i² + eps )
     saved.rinv[i] = ((S.array().square().rowwise().sum() / T(d)) + T(kRoutingEps)).rsqrt();
     // (2) z_i[h] = r_i · Σ_{c∈h} S_i[c] · (q ⊙ g)_c
     const Mat<T> Sqg = S * qg.asDiagonal();
-    flat(z[i]) = heads(Sqg, H).rowwise().sum();
-    z[i] = saved.rinv[i].asDiagonal() * z[i];
+    flat(saved.logits[i]) = heads(Sqg, H).rowwise().sum();
+    saved.logits[i] = saved.rinv[i].asDiagonal() * saved.logits[i];
   }
 
   // (3) α_i = exp(z_i − m) / Σ_j exp(z_j − m), with m = max_j z_j per (p, h) for stability
@@ -109,10 +110,10 @@ void routing_forward(Mat<T>& out, RoutingSaved<T>& saved, std::span<const Mat<T>
   for (std::size_t i = 1; i < N; ++i) m = m.cwiseMax(z[i]);
   Mat<T> denom = Mat<T>::Zero(P, H);
   for (std::size_t i = 0; i < N; ++i) {
-    z[i] = (z[i] - m).array().exp().matrix();
-    denom += z[i];
+    saved.alpha[i] = (z[i] - m).array().exp().matrix();
+    denom += saved.alpha[i];
   }
-  for (std::size_t i = 0; i < N; ++i) saved.alpha[i] = z[i].cwiseQuotient(denom);
+  for (std::size_t i = 0; i < N; ++i) saved.alpha[i] = saved.alpha[i].cwiseQuotient(denom);
 
   // (4) out[p, c] = Σ_i α_i[p, h(c)] · S_i[p, c]   (values: the raw sources)
   out = Mat<T>::Zero(P, d);

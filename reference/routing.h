@@ -30,8 +30,9 @@ inline constexpr double kRoutingEps = 1e-6;
 /// What the routing forward saves for its backward.
 template <typename T>
 struct RoutingSaved {
-  std::vector<Mat<T>> alpha;  ///< N × (P × H): routing weights α_i[h], softmax over i
-  std::vector<Vec<T>> rinv;   ///< N × (P): r_i = 1 / RMS(S_i) over the full width d
+  std::vector<Mat<T>> alpha;   ///< N × (P × H): routing weights α_i[h], softmax over i
+  std::vector<Mat<T>> logits;  ///< N × (P × H): logits z_i[h] before the softmax
+  std::vector<Vec<T>> rinv;    ///< N × (P): r_i = 1 / RMS(S_i) over the full width d
 };
 
 /// Throws ShapeError unless sources, q, g and H make a routing site (what the forward checks).

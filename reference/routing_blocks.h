@@ -1,8 +1,9 @@
 /**
  * @file routing_blocks.h
- * @brief What CPU routing versions 2 (routing_fast.cpp) and 3 (routing_stack.cpp) share: blocks
- *        of positions across OpenMP threads, sub-blocks whose rows stay in cache, per-head sums
- *        in fixed-size vector steps, and per-thread scratch. Internal to reference/.
+ * @brief What CPU routing versions 2 (routing_fast.cpp), 3 and 4 (routing_stack.cpp) share:
+ *        blocks of positions across OpenMP threads, sub-blocks whose rows stay in cache, per-head
+ *        sums and the weighted sum of step (4) in fixed-size vector steps, and per-thread
+ *        scratch. Internal to reference/.
  */
 #pragma once
 
@@ -91,10 +92,13 @@ inline std::size_t whole_lanes(std::size_t n) {
  * Each sum runs as four vectors of partial sums, added at the end. A plain running sum does not
  * vectorise without -ffast-math (it fixes the order of the additions), and a single vector of
  * partial sums waits on itself (each add needs the one before); four keep the adders busy. The
- * order of every addition is fixed by K and H alone, never by timing or threads.
+ * order of every addition is fixed by K and H alone, never by timing or threads. Always inlined:
+ * it runs once a row, and once a third caller appeared GCC stopped inlining it, which made
+ * version 3's backward slower by about a tenth.
  */
 template <typename T, bool kTwo, bool kSquares>
-T head_sums(const T* x, const T* y, const T* w, Eigen::Index K, int H, T* xy, T* xw) {
+[[gnu::always_inline]] inline T head_sums(const T* x, const T* y, const T* w, Eigen::Index K, int H,
+                                          T* xy, T* xw) {
   Lanes<T> s0 = Lanes<T>::Zero(), s1 = s0, s2 = s0, s3 = s0;  // Σ x², over all heads
   T s_tail = 0;
   for (int h = 0; h < H; ++h) {
@@ -137,6 +141,51 @@ T head_sums(const T* x, const T* y, const T* w, Eigen::Index K, int H, T* xy, T*
     if constexpr (kTwo) xw[h] = ((b0 + b1) + (b2 + b3)).sum() + b_tail;
   }
   return kSquares ? ((s0 + s1) + (s2 + s3)).sum() + s_tail : T(0);
+}
+
+/**
+ * Step (4) for one position: o[c] = Σ_i w[i·H + h(c)] · rows[i][c], where rows[i] is the
+ * position's row of source i (d = H·K values) and w its N × H routing weights. Column tiles of
+ * one head are summed over i in registers (four independent vectors, so each source's
+ * multiply-adds need not wait on the last) and stored once. With ahead > 0 it also asks the
+ * cache for rows[i] + ahead (a hint only: no result depends on it; callers keep it inside the
+ * matrix). The order of the additions is fixed by N, K and H alone. Always inlined, as
+ * head_sums.
+ */
+template <typename T>
+[[gnu::always_inline]] inline void weighted_row_sum(T* o, const T* const* rows, std::size_t N,
+                                                    const T* w, Eigen::Index K, int H,
+                                                    Eigen::Index ahead) {
+  for (int h = 0; h < H; ++h) {
+    Eigen::Index c = h * K;
+    const Eigen::Index end = c + K;
+    for (; c + 4 * kLanes <= end; c += 4 * kLanes) {
+      Lanes<T> acc0 = Lanes<T>::Zero(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+      for (std::size_t i = 0; i < N; ++i) {
+        const T* S = rows[i] + c;
+        const T a = w[i * H + h];
+        if (ahead) prefetch_32(S + ahead);
+        acc0 += a * In<T>(S);
+        acc1 += a * In<T>(S + kLanes);
+        acc2 += a * In<T>(S + 2 * kLanes);
+        acc3 += a * In<T>(S + 3 * kLanes);
+      }
+      Out<T>(o + c) = acc0;
+      Out<T>(o + c + kLanes) = acc1;
+      Out<T>(o + c + 2 * kLanes) = acc2;
+      Out<T>(o + c + 3 * kLanes) = acc3;
+    }
+    for (; c + kLanes <= end; c += kLanes) {
+      Lanes<T> acc = Lanes<T>::Zero();
+      for (std::size_t i = 0; i < N; ++i) acc += w[i * H + h] * In<T>(rows[i] + c);
+      Out<T>(o + c) = acc;
+    }
+    for (; c < end; ++c) {
+      T acc = 0;
+      for (std::size_t i = 0; i < N; ++i) acc += w[i * H + h] * rows[i][c];
+      o[c] = acc;
+    }
+  }
 }
 
 /// Per-thread scratch, allocated before the parallel loop (so a failed allocation is an

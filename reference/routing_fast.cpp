@@ -40,9 +40,11 @@ void routing_forward_fast(Mat<T>& out, RoutingSaved<T>& saved, std::span<const M
   const Eigen::Index P = sources[0].rows(), d = sources[0].cols(), K = d / H;
   const RowVec<T> qg = q.cwiseProduct(g);  // the key projection q ⊙ g
   saved.alpha.resize(N);
+  saved.logits.resize(N);
   saved.rinv.resize(N);
   for (std::size_t i = 0; i < N; ++i) {
     saved.alpha[i].resize(P, H);
+    saved.logits[i].resize(P, H);
     saved.rinv[i].resize(P);
   }
   out.resize(P, d);
@@ -54,8 +56,11 @@ void routing_forward_fast(Mat<T>& out, RoutingSaved<T>& saved, std::span<const M
   const Eigen::Index R = sub_block_rows(N, d, P, sizeof(T));
   Scratch<T> scratch(NHp * R);  // R positions' w_p
 
+  Scratch<const T*> row_ptrs(N);  // row p of each source, for step (4)
+
   for_each_block(blocks, worth_threads(N, P, d), [&](Eigen::Index b) {
     T* const w0 = scratch.mine();
+    const T** rows = row_ptrs.mine();
     const Eigen::Index b_end = std::min(P, (b + 1) * kRoutingBlock);
     for (Eigen::Index p0 = b * kRoutingBlock; p0 < b_end; p0 += R) {
       const Eigen::Index p1 = std::min(b_end, p0 + R);  // the sub-block [p0, p1)
@@ -71,6 +76,7 @@ void routing_forward_fast(Mat<T>& out, RoutingSaved<T>& saved, std::span<const M
           saved.rinv[i].data()[p] = r;
           // (2) z_i[h] = r_i · kp[h]
           for (int h = 0; h < H; ++h) z[h] *= r;
+          std::copy_n(z, H, saved.logits[i].data() + p * H);
         }
       }
       for (Eigen::Index p = p0; p < p1; ++p) {
@@ -93,43 +99,10 @@ void routing_forward_fast(Mat<T>& out, RoutingSaved<T>& saved, std::span<const M
         for (std::size_t i = 0; i < N; ++i)
           std::copy_n(w + i * H, H, saved.alpha[i].data() + p * H);
         // (4) out[p, c] = Σ_i α_i[h(c)] · S_i[p, c]   (the sub-block's rows are still in cache)
-        // Column tiles of one head, summed over i in registers, stored once.
-        T* o = out.data() + p * d;
         // While this pass works from cache, ask for the next sub-block's rows (R rows on, the
         // same columns), so the next first pass finds them on their way: 2 lines per 32 values.
-        const Eigen::Index ahead = p + R < P ? R * d : 0;
-        for (int h = 0; h < H; ++h) {
-          Eigen::Index c = h * K;
-          const Eigen::Index end = c + K;
-          for (; c + 4 * kLanes <= end; c += 4 * kLanes) {
-            // four independent sums, so each source's multiply-adds need not wait on the last
-            Lanes<T> acc0 = Lanes<T>::Zero(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-            for (std::size_t i = 0; i < N; ++i) {
-              const T* S = sources[i].data() + p * d + c;
-              const T a = w[i * H + h];
-              if (ahead) prefetch_32(S + ahead);
-              acc0 += a * In<T>(S);
-              acc1 += a * In<T>(S + kLanes);
-              acc2 += a * In<T>(S + 2 * kLanes);
-              acc3 += a * In<T>(S + 3 * kLanes);
-            }
-            Out<T>(o + c) = acc0;
-            Out<T>(o + c + kLanes) = acc1;
-            Out<T>(o + c + 2 * kLanes) = acc2;
-            Out<T>(o + c + 3 * kLanes) = acc3;
-          }
-          for (; c + kLanes <= end; c += kLanes) {
-            Lanes<T> acc = Lanes<T>::Zero();
-            for (std::size_t i = 0; i < N; ++i)
-              acc += w[i * H + h] * In<T>(sources[i].data() + p * d + c);
-            Out<T>(o + c) = acc;
-          }
-          for (; c < end; ++c) {
-            T acc = 0;
-            for (std::size_t i = 0; i < N; ++i) acc += w[i * H + h] * sources[i].data()[p * d + c];
-            o[c] = acc;
-          }
-        }
+        for (std::size_t i = 0; i < N; ++i) rows[i] = sources[i].data() + p * d;
+        weighted_row_sum(out.data() + p * d, rows, N, w, K, H, p + R < P ? R * d : 0);
       }
     }
   });

@@ -1,13 +1,21 @@
 /**
  * @file routing_stack.cpp
- * @brief Routing backward, CPU version 3 (see routing_stack.h): the stack's backward source by
- *        source. The readable reference is routing.cpp (version 1); the formulas are its
- *        backward's, numbered (1)–(4) as there.
+ * @brief Routing over a stack of sites (see routing_stack.h): the forward, CPU version 4, and
+ *        the backward source by source, version 3. The readable reference is routing.cpp
+ *        (version 1); the formulas are its steps, numbered (1)–(4) as there.
  *
- * For source i and each sub-block of R positions (R rows of S_i, of dS_i and of every reading
- * site's dout in about 256 KB of cache), three passes:
+ * Version 4, the forward:
+ *   add_source(i): per block of positions, (1) r_i for each row, and (2) per head one matrix
+ *     product that gives S_i's logits at every site s ≥ i at once (the rows come from cache:
+ *     the model has just written S_i);
+ *   site(s): per block of positions, (3) the softmax over i of the saved logits, elementwise over
+ *     the block's (position, head) entries, and (4) each output row summed over the N source
+ *     rows in registers (weighted_row_sum, as version 2), one read of each row.
+ *
+ * Version 3, the backward: for source i and each sub-block of R positions (R rows of S_i, of
+ * dS_i and of every reading site's dout in about 256 KB of cache), three passes:
  *   1. site by site (R contiguous rows of dout_s: one stream from memory), per position: one read
- *      of dout_s's and S_i's rows gives a_i[h] and kp_i[h], and so dzr[h] and the RMS
+ *      of dout_s's and S_i's rows gives a_i[h], and with the saved logits dzr[h] and the RMS
  *      coefficient of the pair (s, i);
  *   2. position by position, from cache: dS_i = Σ_s (value path + key path) − Σ_s coef · S_i,
  *      summed in registers over the sites, written once;
@@ -20,6 +28,141 @@
 namespace mhar {
 
 using namespace routing_blocks;
+
+// ---- Version 4: the forward -------------------------------------------------------------------
+
+namespace {
+/// Positions per block of version 4's logits: each (block, head) is one matrix product
+/// (rows × K) · (K × sites), so a block is larger than kRoutingBlock to pay for the product's
+/// set-up; fixed, like kRoutingBlock, so the result never depends on the thread count.
+constexpr Eigen::Index kLogitBlock = 256;
+/// Rows ahead of the current position that step (4) of version 4 asks the cache for.
+constexpr Eigen::Index kAheadRows = 4;
+template <typename T>
+using ColMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>;  // column-major
+}  // namespace
+
+template <typename T>
+RoutingStackForward<T>::RoutingStackForward(const Mat<T>& q, const Mat<T>& g, int H,
+                                            std::span<RoutingSaved<T>> saved)
+    : H_(H), saved_(saved) {
+  const char* where = "routing stack forward";
+  require(!saved.empty(), where, "needs at least one site");
+  require(q.rows() == size() && g.rows() == size() && q.cols() >= 1 && g.cols() == q.cols(), where,
+          "q and g must both be ", size(), " × d (one row a site), got ", q.rows(), "×", q.cols(),
+          " and ", g.rows(), "×", g.cols());
+  require(H >= 1 && q.cols() % H == 0, where, "H = ", H, " must divide d = ", q.cols());
+  qg_ = q.cwiseProduct(g);  // row s: the key projection q ⊙ g of site s
+  for (int s = 0; s < size(); ++s) {
+    const std::size_t N = static_cast<std::size_t>(s) + 1;
+    saved_[s].alpha.assign(N, Mat<T>());
+    saved_[s].logits.assign(N, Mat<T>());
+    saved_[s].rinv.assign(N, Vec<T>());
+  }
+  sources_.reserve(saved.size());
+}
+
+template <typename T>
+void RoutingStackForward<T>::add_source(int i, const Mat<T>& S) {
+  const char* where = "routing stack forward add_source";
+  const int n = size();
+  require(static_cast<int>(sources_.size()) < n, where, "all ", n, " sources are added already");
+  require(i == static_cast<int>(sources_.size()), where, "source ", i,
+          " added out of order: the next is source ", sources_.size());
+  const Eigen::Index d = qg_.cols(), K = d / H_;
+  require(S.rows() >= 1 && S.cols() == d, where, "source ", i, " is ", S.rows(), "×", S.cols(),
+          ", must be P × d with d = ", d);
+  if (i > 0)
+    require(S.rows() == sources_[0]->rows(), where, "source ", i, " has ", S.rows(),
+            " positions, source 0 has ", sources_[0]->rows());
+  // S_i: P × d; per site s = i … n − 1 (m = s − i): z_{s,i} P × H, r_i P
+  const Eigen::Index P = S.rows();
+  const int H = H_;
+  const int M = n - i;  // the sites that read S_i
+  // W: d × M, column m is site i + m's q ⊙ g; head h's K rows of it are that head's keys.
+  const ColMat<T> W = qg_.bottomRows(M).transpose();
+  for (int s = i; s < n; ++s) saved_[s].logits[i].resize(P, H);
+  Vec<T> r(P);
+  const Eigen::Index blocks = (P + kLogitBlock - 1) / kLogitBlock;
+  Scratch<T> scratch(static_cast<std::size_t>(std::min(P, kLogitBlock)) * M);  // Z: rows × M
+
+  // Eigen runs each product below on the calling thread: inside a parallel region it never
+  // starts threads of its own, and outside one the products are too small for it to (under
+  // 64 K values, worth_threads). So a logit's value depends on its block (fixed by P) alone.
+  for_each_block(blocks, worth_threads(M, P, d), [&](Eigen::Index b) {
+    const Eigen::Index p0 = b * kLogitBlock, rows = std::min(P, p0 + kLogitBlock) - p0;
+    const Eigen::Map<const Mat<T>> Sb(S.data() + p0 * d, rows, d);  // the block's rows of S_i
+    // (1) r_i = 1 / sqrt( mean_c S_i² + eps )
+    for (Eigen::Index p = 0; p < rows; ++p)
+      r(p0 + p) = T(1) / std::sqrt(Sb.row(p).squaredNorm() / T(d) + T(kRoutingEps));
+    Eigen::Map<ColMat<T>> Z(scratch.mine(), rows, M);
+    for (int h = 0; h < H; ++h) {
+      // (2) z_{s,i}[h] = r_i · Σ_{c∈h} S_i[c] · (q ⊙ g)_s[c] for every site s ≥ i at once:
+      //     Z = (head h's columns of S_i) · (head h's rows of W), rows × M
+      Z.noalias() = Sb.middleCols(h * K, K) * W.middleRows(h * K, K);
+      for (int m = 0; m < M; ++m) {
+        T* z = saved_[i + m].logits[i].data() + p0 * H + h;
+        for (Eigen::Index p = 0; p < rows; ++p) z[p * H] = r(p0 + p) * Z(p, m);
+      }
+    }
+  });
+  for (int s = i; s < n; ++s) saved_[s].rinv[i] = r;
+  sources_.push_back(&S);
+}
+
+template <typename T>
+void RoutingStackForward<T>::site(int s, Mat<T>& out) {
+  const char* where = "routing stack forward site";
+  require(s >= 0 && s < size(), where, "site ", s, " outside [0, ", size(), ")");
+  require(s < static_cast<int>(sources_.size()), where, "site ", s, " reads sources 0 … ", s,
+          " but ", sources_.size(), " are added");
+  // sources 0 … s: P × d; out: P × d; α_i, z_i: P × H
+  RoutingSaved<T>& sv = saved_[s];
+  const std::size_t N = static_cast<std::size_t>(s) + 1;
+  const Eigen::Index P = sources_[0]->rows(), d = qg_.cols(), K = d / H_;
+  const int H = H_;
+  for (auto& a : sv.alpha) a.resize(P, H);
+  out.resize(P, d);
+  const Eigen::Index blocks = (P + kRoutingBlock - 1) / kRoutingBlock;
+  const std::size_t per_block = static_cast<std::size_t>(kRoutingBlock) * H;
+  // m and 1 / Σ for the block's (position, head) entries, then one position's N × H weights
+  Scratch<T> scratch(2 * per_block + N * H);
+  Scratch<const T*> row_ptrs(N);  // row p of each source
+
+  for_each_block(blocks, worth_threads(N, P, d), [&](Eigen::Index b) {
+    using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
+    const Eigen::Index p0 = b * kRoutingBlock, p1 = std::min(P, p0 + kRoutingBlock);
+    const Eigen::Index e = (p1 - p0) * H;  // the block's (position, head) entries, contiguous
+    auto z = [&](std::size_t i) { return Eigen::Map<const Arr>(sv.logits[i].data() + p0 * H, e); };
+    auto alpha = [&](std::size_t i) { return Eigen::Map<Arr>(sv.alpha[i].data() + p0 * H, e); };
+    T* const buf = scratch.mine();
+    Eigen::Map<Arr> m(buf, e), inv(buf + per_block, e);
+    // (3) α_i = exp(z_i − m) / Σ_j exp(z_j − m), m = max_j z_j, for every (p, h) of the block
+    m = z(0);
+    for (std::size_t i = 1; i < N; ++i) m = m.max(z(i));
+    inv.setZero();
+    for (std::size_t i = 0; i < N; ++i) {
+      alpha(i) = (z(i) - m).exp();
+      inv += alpha(i);
+    }
+    inv = inv.inverse();
+    for (std::size_t i = 0; i < N; ++i) alpha(i) *= inv;
+    // (4) out[p, c] = Σ_i α_i[h(c)] · S_i[p, c]: one read of each source row, from memory;
+    //     the rows kAheadRows on are asked for meanwhile.
+    T* const w = buf + 2 * per_block;  // w[i·H + h] = α_i[p, h]
+    const T** rows = row_ptrs.mine();
+    for (Eigen::Index p = p0; p < p1; ++p) {
+      for (std::size_t i = 0; i < N; ++i) {
+        rows[i] = sources_[i]->data() + p * d;
+        std::copy_n(sv.alpha[i].data() + p * H, H, w + i * H);
+      }
+      weighted_row_sum(out.data() + p * d, rows, N, w, K, H,
+                       p + kAheadRows < P ? kAheadRows * d : 0);
+    }
+  });
+}
+
+// ---- Version 3: the backward ------------------------------------------------------------------
 
 template <typename T>
 RoutingStackBackward<T>::RoutingStackBackward(std::span<const Mat<T>> sources, int H)
@@ -49,10 +192,11 @@ void RoutingStackBackward<T>::add_site(int s, const Mat<T>& dout, const Mat<T>& 
   require_shape(q, 1, d_, where, "q");
   require_shape(g, 1, d_, where, "g");
   const std::size_t N = static_cast<std::size_t>(s) + 1;  // site s reads sources 0 … s
-  require(saved.alpha.size() == N && saved.rinv.size() == N, where, "saved holds ",
-          saved.alpha.size(), " sources, site ", s, " reads ", N);
+  require(saved.alpha.size() == N && saved.logits.size() == N && saved.rinv.size() == N, where,
+          "saved holds ", saved.alpha.size(), " sources, site ", s, " reads ", N);
   for (std::size_t i = 0; i < N; ++i) {
     require_shape(saved.alpha[i], P_, H_, where, "saved.alpha[i]");
+    require_shape(saved.logits[i], P_, H_, where, "saved.logits[i]");
     require(saved.rinv[i].size() == P_, where, "saved.rinv[i] must have P = ", P_, " entries");
   }
   Site& site = sites_[s];
@@ -85,16 +229,18 @@ void RoutingStackBackward<T>::source_gradient(int i, Mat<T>& dsource) {
   const Mat<T>& Si = sources_[i];
   const Eigen::Index P = P_, d = d_, K = d_ / H_;
   const int H = H_;
+  const T inv_d = T(1) / T(d);
   const int M = n - i;  // the sites that read S_i: s = i … n − 1, taken last first (m = n − 1 − s)
   dsource.resize(P, d);
   // Each site's arrays, in the order m = 0 … M − 1 (site s = n − 1 − m).
-  std::vector<const T*> dout(M), qg(M), alpha(M), rinv(M), Dm(M);
+  std::vector<const T*> dout(M), qg(M), alpha(M), logits(M), rinv(M), Dm(M);
   std::vector<T*> partial(M);
   for (int m = 0; m < M; ++m) {
     Site& site = sites_[n - 1 - m];
     dout[m] = site.dout->data();
     qg[m] = site.qg.data();
     alpha[m] = site.saved->alpha[i].data();
+    logits[m] = site.saved->logits[i].data();
     rinv[m] = site.saved->rinv[i].data();
     Dm[m] = site.D.data();
     partial[m] = site.partial.data();
@@ -102,15 +248,14 @@ void RoutingStackBackward<T>::source_gradient(int i, Mat<T>& dsource) {
   // Rows of a sub-block: R rows of S_i, of dS_i and of each site's dout in about 256 KB of cache.
   const Eigen::Index R = sub_block_rows(static_cast<std::size_t>(M) + 2, d, P, sizeof(T));
   const std::size_t per_site = static_cast<std::size_t>(R) * (H + 1);
-  // Per site m: dzr[p][h] (R × H) and coef[p] (R), then a[h], kp[h].
-  Scratch<T> scratch(per_site * M + 2 * static_cast<std::size_t>(H));
+  // Per site m: dzr[p][h] (R × H) and coef[p] (R), then a[h].
+  Scratch<T> scratch(per_site * M + static_cast<std::size_t>(H));
 
   for_each_block(blocks_, worth_threads(M, P, d), [&](Eigen::Index b) {
     T* const w = scratch.mine();
     auto zr_of = [&](int m) { return w + m * per_site; };    // R × H
     auto coef_of = [&](int m) { return zr_of(m) + R * H; };  // R
     T* a = w + per_site * M;
-    T* kp = a + H;
     const Eigen::Index b_end = std::min(P, (b + 1) * kRoutingBlock);
     for (Eigen::Index p0 = b * kRoutingBlock; p0 < b_end; p0 += R) {
       const Eigen::Index p1 = std::min(b_end, p0 + R);  // the sub-block [p0, p1)
@@ -118,21 +263,24 @@ void RoutingStackBackward<T>::source_gradient(int i, Mat<T>& dsource) {
       // one read of S_i's and dout_s's rows gives, per head,
       //   from (4): a_i[h] = Σ_{c∈h} dout ⊙ S_i;  from (3): dz_i = α_i ⊙ (a_i − D)
       //   from (2), (1): Σ_c u_i S_i = Σ_h dz_i[h] · kp_i[h],  kp_i[h] = Σ_{c∈h} q_c g_c S_i[c]
-      // and the RMS path's coefficient coef = (r_i³ / d) · Σ_c u_i S_i.
+      //                                = Σ_h dz_i[h] · z_i[h] / r_i   (the saved logits: z = r ·
+      //                                kp)
+      // and the RMS path's coefficient coef = (r_i³ / d) · Σ_c u_i S_i = (r_i² / d) · Σ_h dz_i z_i.
       for (int m = 0; m < M; ++m) {
         for (Eigen::Index p = p0; p < p1; ++p) {
           const Eigen::Index k = p - p0;
           const T* D = Dm[m] + p * H;
           const T* al_p = alpha[m] + p * H;
+          const T* z_p = logits[m] + p * H;
           const T r = rinv[m][p];
-          head_sums<T, true, false>(Si.data() + p * d, dout[m] + p * d, qg[m], K, H, a, kp);
-          T uS = 0;
+          head_sums<T, false, false>(Si.data() + p * d, dout[m] + p * d, nullptr, K, H, a, nullptr);
+          T dz_z = 0;
           for (int h = 0; h < H; ++h) {
             const T dz = al_p[h] * (a[h] - D[h]);
             zr_of(m)[k * H + h] = r * dz;  // dzr = r_i · dz_i
-            uS += dz * kp[h];
+            dz_z += dz * z_p[h];
           }
-          coef_of(m)[k] = r * r * r * uS / T(d);
+          coef_of(m)[k] = r * r * dz_z * inv_d;
         }
       }
       // Pass 2, position by position, the rows from cache: every site's terms summed in
@@ -244,6 +392,8 @@ void RoutingStackBackward<T>::parameter_gradients(Eigen::Ref<Mat<T>> dq,
   }
 }
 
+template class RoutingStackForward<float>;
+template class RoutingStackForward<double>;
 template class RoutingStackBackward<float>;
 template class RoutingStackBackward<double>;
 

@@ -1,8 +1,9 @@
 /**
  * @file routing_stack.h
  * @ingroup reference
- * @brief Routing backward, CPU version 3: the backward of a whole stack of routing sites, one
- *        source at a time, so each source's gradient is written once instead of once a site.
+ * @brief Routing over a whole stack of sites, CPU versions 3 (backward) and 4 (forward): one
+ *        source at a time, so each source's gradient is written once instead of once a site,
+ *        and each source's logits are computed once for every site that reads it.
  *
  * In AttnRes and MHAR, site s reads the first s + 1 sources S_0 … S_s (the embedding and the
  * sub-layer outputs before it), and there are as many sites as sources. Version 2
@@ -23,11 +24,25 @@
  * and 2, so the results differ from theirs by rounding (tests/test_routing_stack.cpp holds
  * version 3 to version 1 in double and float, and to central differences).
  *
+ * Version 4 (RoutingStackForward) is the forward of the same stack. Steps (1) and (2) of a site
+ * depend on one source and the site's q ⊙ g only, so they need not wait for the site: when
+ * source i is written (add_source), its r_i and its logits z_{s,i} at every later site s are
+ * computed at once, per head one small matrix product (positions × K) · (K × sites), while S_i
+ * is still in cache. A site's forward (site) is then the softmax over its saved logits,
+ * elementwise over (position, head), and step (4), one read of each source row. Version 2 read
+ * every source row twice per site, once for its logits through per-row dot products.
+ *
+ * Version 3's backward reads the logits back (RoutingSaved::logits): the RMS path's coefficient
+ * (r_i³ / d) · Σ_h dz_i[h] · kp_i[h] is (r_i² / d) · Σ_h dz_i[h] · z_i[h], since z = r · kp, so
+ * the backward need not recompute kp_i = Σ_{c∈h} (q ⊙ g)_c · S_i[c].
+ *
  * Determinism: as version 2, positions are cut into blocks of kRoutingBlock (by P alone), each
  * block is done by one thread in a fixed order, and each site's dq, dg partial sums are kept per
  * block and added in block order at the end (parameter_gradients). So every bit of every output
  * is the same on every run AND for any number of threads (tests/test_routing_stack.cpp checks
- * 1 thread against 2, twice each).
+ * 1 thread against 2, twice each). Version 4 computes each (block, head)'s logits with one
+ * Eigen matrix product on the block's thread, and every other value of a position on the
+ * thread of its block, so the same holds for it.
  */
 #pragma once
 
@@ -41,12 +56,52 @@ namespace mhar {
 /**
  * @brief The routing backward of every site of a stack where site s reads sources 0 … s.
  *
+ * Needs each site's saved logits (RoutingSaved::logits: every CPU forward saves them).
+ *
  * Use: construct over the sources; add_site(s, …) once ∂loss/∂out_s is known; source_gradient(i)
  * once every site s ≥ i is added; parameter_gradients once every source is done. Each call
  * checks its arguments and that order, and throws ShapeError (nothing changed) when either is
  * wrong. The sources, and each site's dout and `saved`, must outlive the object; q and g are
  * copied.
  */
+/**
+ * @brief The routing forward (version 4) of every site of a stack where site s reads sources
+ * 0 … s.
+ *
+ * Use: construct over the sites' parameters and saved state; then, in the model's order,
+ * add_source(0), site(0), add_source(1), site(1), …: a site once its sources are added. Each
+ * call checks its arguments and that order, and throws ShapeError (nothing changed) when
+ * either is wrong.
+ */
+template <typename T>
+class RoutingStackForward {
+ public:
+  /**
+   * q, g: n × d, row s is site s's pseudo-query and key gain (copied); H: routing heads
+   * (divides d); saved: the n sites' saved state, which this object fills and which must outlive
+   * it (saved[s] is resized to s + 1 sources here).
+   */
+  RoutingStackForward(const Mat<T>& q, const Mat<T>& g, int H, std::span<RoutingSaved<T>> saved);
+
+  /// Source i (the next one: 0, 1, … in order) is written: steps (1) and (2) for every site
+  /// s ≥ i that will read it, into saved[s].rinv[i] and saved[s].logits[i]. Keeps S by
+  /// reference until the last site has run.
+  void add_source(int i, const Mat<T>& S);
+
+  /// Site s's forward, steps (3) and (4), from its saved logits: out (=) P × d, saved[s].alpha.
+  /// Needs sources 0 … s added.
+  void site(int s, Mat<T>& out);
+
+  /// Sites (= sources) in the stack.
+  int size() const { return static_cast<int>(saved_.size()); }
+
+ private:
+  Mat<T> qg_;  ///< n × d: row s is (q ⊙ g) of site s
+  int H_;
+  std::span<RoutingSaved<T>> saved_;
+  std::vector<const Mat<T>*> sources_;  ///< the sources added so far
+};
+
 template <typename T>
 class RoutingStackBackward {
  public:
