@@ -1,9 +1,9 @@
 /**
  * @file test_routing_stack.cpp
- * @brief CPU routing version 3 (reference/routing_stack.h), the backward of a stack of sites one
- *        source at a time: against the reference (version 1) site by site in double and float,
- *        against central differences in double, the same bits for 1 and 2 threads, and its
- *        refusals (shapes, order) that leave it usable.
+ * @brief CPU routing versions 3 and 4 (reference/routing_stack.h), the backward and the forward
+ *        of a stack of sites one source at a time: against the reference (version 1) site by
+ *        site in double and float, the backward against central differences in double, the same
+ *        bits for 1 and 2 threads, and their refusals (shapes, order) that leave them usable.
  */
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -63,20 +63,79 @@ struct Grads {
   Mat<T> dq, dg;
 };
 
-/// The forward of every site (version 1 or 2), into outs and saved.
+/// Which CPU forward runs a stack's sites.
+enum class Fwd { V1, V2, V4 };
+
+/// The forward of every site (version 1, 2 or 4), into outs and saved. Version 4 in the
+/// model's order: source 0, site 0, source 1, site 1, …
 template <typename T>
-void forward_all(const Stack<T>& st, bool fast, std::vector<Mat<T>>& outs,
+void forward_all(const Stack<T>& st, Fwd v, std::vector<Mat<T>>& outs,
                  std::vector<RoutingSaved<T>>& saved) {
   const int n = static_cast<int>(st.S.size());
   outs.resize(n);
   saved.resize(n);
+  if (v == Fwd::V4) {
+    RoutingStackForward<T> stack(st.q, st.g, st.H, saved);
+    for (int s = 0; s < n; ++s) {
+      stack.add_source(s, st.S[s]);
+      stack.site(s, outs[s]);
+    }
+    return;
+  }
   for (int s = 0; s < n; ++s) {
     const std::span<const Mat<T>> src(st.S.data(), s + 1);
-    if (fast)
+    if (v == Fwd::V2)
       routing_forward_fast<T>(outs[s], saved[s], src, st.q.row(s), st.g.row(s), st.H);
     else
       routing_forward<T>(outs[s], saved[s], src, st.q.row(s), st.g.row(s), st.H);
   }
+}
+
+/// What a stack's forward gives: every site's output, weights, logits and 1 / RMS.
+template <typename T>
+struct Forward {
+  std::vector<Mat<T>> out;
+  std::vector<RoutingSaved<T>> saved;
+};
+
+template <typename T>
+Forward<T> forward_of(const Stack<T>& st, Fwd v) {
+  Forward<T> f;
+  forward_all(st, v, f.out, f.saved);
+  return f;
+}
+
+/// Worst error of a forward against truth, relative to the largest |truth| of each output.
+template <typename T>
+double worst_rel(const Forward<T>& x, const Forward<double>& truth) {
+  double worst = 0;
+  auto group = [&](const auto& a, const auto& t) {
+    worst = std::max(worst, mhar::test::scaled_error(a, t));
+  };
+  for (std::size_t s = 0; s < truth.out.size(); ++s) {
+    group(x.out[s], truth.out[s]);
+    for (std::size_t i = 0; i <= s; ++i) {
+      group(x.saved[s].alpha[i], truth.saved[s].alpha[i]);
+      group(x.saved[s].logits[i], truth.saved[s].logits[i]);
+      group(x.saved[s].rinv[i], truth.saved[s].rinv[i]);
+    }
+  }
+  return worst;
+}
+
+template <typename T>
+std::vector<T> flatten(const Forward<T>& f) {
+  std::vector<T> v;
+  auto put = [&](const auto& m) { v.insert(v.end(), m.data(), m.data() + m.size()); };
+  for (std::size_t s = 0; s < f.out.size(); ++s) {
+    put(f.out[s]);
+    for (std::size_t i = 0; i <= s; ++i) {
+      put(f.saved[s].alpha[i]);
+      put(f.saved[s].logits[i]);
+      put(f.saved[s].rinv[i]);
+    }
+  }
+  return v;
 }
 
 /// Version 1 or 2: each site's backward in turn, s = n − 1 … 0 (as the model runs them), into
@@ -87,7 +146,7 @@ Grads<T> site_by_site(const Stack<T>& st, bool fast) {
   const auto P = st.S[0].rows(), d = st.S[0].cols();
   std::vector<Mat<T>> outs;
   std::vector<RoutingSaved<T>> saved;
-  forward_all(st, fast, outs, saved);
+  forward_all(st, fast ? Fwd::V2 : Fwd::V1, outs, saved);
   Grads<T> gr{std::vector<Mat<T>>(n, Mat<T>::Zero(P, d)), Mat<T>::Zero(n, d), Mat<T>::Zero(n, d)};
   for (int s = n - 1; s >= 0; --s) {
     const std::span<const Mat<T>> src(st.S.data(), s + 1);
@@ -103,14 +162,14 @@ Grads<T> site_by_site(const Stack<T>& st, bool fast) {
 }
 
 /// Version 3, in the model's order: site n − 1 added, then for s = n − 1 … 1 source s's gradient
-/// and site s − 1 added, then source 0's; after the forward of version 2.
+/// and site s − 1 added, then source 0's; after the forward of version 4 (as the model) or 2.
 template <typename T>
-Grads<T> by_source(const Stack<T>& st) {
+Grads<T> by_source(const Stack<T>& st, Fwd v = Fwd::V4) {
   const int n = static_cast<int>(st.S.size());
   const auto d = st.S[0].cols();
   std::vector<Mat<T>> outs;
   std::vector<RoutingSaved<T>> saved;
-  forward_all(st, true, outs, saved);
+  forward_all(st, v, outs, saved);
   Grads<T> gr{std::vector<Mat<T>>(n), Mat<T>::Zero(n, d), Mat<T>::Zero(n, d)};
   RoutingStackBackward<T> stack(st.S, st.H);
   stack.add_site(n - 1, st.dout[n - 1], outs[n - 1], saved[n - 1], st.q.row(n - 1),
@@ -168,16 +227,40 @@ TEST_CASE("routing version 3 matches the reference site by site in double and fl
   const Stack<double> st = draw(cs.n, cs.P, cs.d, cs.H, 5000 + cs.n * 13 + cs.P * 7 + cs.d);
   const Grads<double> truth = site_by_site(st, false);
   // Double: other loop orders round differently by a few ulps of each output's scale; 1e-12 is
-  // ~5000 ulps, far above that and far below any wrong term.
+  // ~5000 ulps, far above that and far below any wrong term. After either fast forward.
   const double err_double = worst_rel(by_source(st), truth);
-  CAPTURE(err_double);
+  const double err_double_v2 = worst_rel(by_source(st, Fwd::V2), truth);
+  CAPTURE(err_double, err_double_v2);
   CHECK(err_double < 1e-12);
+  CHECK(err_double_v2 < 1e-12);
   // Float: within a small multiple of version 1's own float error (docs/style.md §7), floor 1e-7.
   const Stack<float> sf = cast<float>(st);
   const double err_ref = worst_rel(site_by_site(sf, false), truth);
   const double err_v3 = worst_rel(by_source(sf), truth);
   CAPTURE(err_ref, err_v3);
   CHECK(err_v3 <= 8 * std::max(err_ref, 1e-7));
+}
+
+TEST_CASE("routing version 4 matches the reference site by site in double and float",
+          "[routing][stack]") {
+  // The cases of version 3's test, and P over several blocks of version 4's logits (256 rows)
+  // with a partial last one.
+  const Case cs = GENERATE(Case{1, 5, 8, 2}, Case{3, 7, 10, 1}, Case{4, 6, 6, 6},
+                           Case{5, 77, 16, 4}, Case{9, 101, 128, 4}, Case{2, 64, 64, 64},
+                           Case{25, 45, 520, 8}, Case{3, 600, 24, 3});
+  CAPTURE(cs.n, cs.P, cs.d, cs.H);
+  const Stack<double> st = draw(cs.n, cs.P, cs.d, cs.H, 7000 + cs.n * 13 + cs.P * 7 + cs.d);
+  const Forward<double> truth = forward_of(st, Fwd::V1);
+  // Double: as version 3's test, 1e-12 of each output's scale.
+  const double err_double = worst_rel(forward_of(st, Fwd::V4), truth);
+  CAPTURE(err_double);
+  CHECK(err_double < 1e-12);
+  // Float: within a small multiple of version 1's own float error, floor 1e-7.
+  const Stack<float> sf = cast<float>(st);
+  const double err_ref = worst_rel(forward_of(sf, Fwd::V1), truth);
+  const double err_v4 = worst_rel(forward_of(sf, Fwd::V4), truth);
+  CAPTURE(err_ref, err_v4);
+  CHECK(err_v4 <= 8 * std::max(err_ref, 1e-7));
 }
 
 TEST_CASE("op gradient, routing version 3 over a stack of sites", "[routing][stack][grad]") {
@@ -188,7 +271,7 @@ TEST_CASE("op gradient, routing version 3 over a stack of sites", "[routing][sta
   auto loss = [&] {
     std::vector<Mat<double>> outs;
     std::vector<RoutingSaved<double>> saved;
-    forward_all(st, false, outs, saved);
+    forward_all(st, Fwd::V1, outs, saved);
     double l = 0;
     for (int s = 0; s < cs.n; ++s) l += outs[s].cwiseProduct(st.dout[s]).sum();
     return l;
@@ -231,13 +314,81 @@ TEST_CASE("routing version 3 gives the same bits on every run and for 1 and 2 th
 #endif
 }
 
+TEST_CASE("routing version 4 gives the same bits on every run and for 1 and 2 threads",
+          "[routing][stack][determinism]") {
+  // Enough values that the block loops run on threads (≥ 64 K): P over several logit blocks
+  // (256 rows) with a partial last one; and d 512 with 9 sites.
+  const Case cs = GENERATE(Case{5, 600, 64, 4}, Case{9, 180, 512, 4});
+  CAPTURE(cs.n, cs.P, cs.d, cs.H);
+  const Stack<float> st = cast<float>(draw(cs.n, cs.P, cs.d, cs.H, 4545 + cs.P));
+#ifdef _OPENMP
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const auto one_a = flatten(forward_of(st, Fwd::V4));
+  const auto one_b = flatten(forward_of(st, Fwd::V4));
+  omp_set_num_threads(2);
+  REQUIRE(omp_get_max_threads() == 2);
+  const auto two_a = flatten(forward_of(st, Fwd::V4));
+  const auto two_b = flatten(forward_of(st, Fwd::V4));
+  omp_set_num_threads(before);
+  CHECK(one_a == one_b);  // exact equality of every float: the same bits
+  CHECK(two_a == two_b);
+  CHECK(one_a == two_a);
+#else
+  CHECK(flatten(forward_of(st, Fwd::V4)) == flatten(forward_of(st, Fwd::V4)));
+  WARN("built without OpenMP: only one thread to compare");
+#endif
+}
+
+TEST_CASE("routing version 4 refuses bad shapes and a wrong order, and stays usable",
+          "[routing][stack][bad-input]") {
+  using Catch::Matchers::Contains;
+  const Stack<double> st = draw(3, 4, 8, 2, 37);
+  std::vector<RoutingSaved<double>> saved(3);
+  using Fwd4 = RoutingStackForward<double>;
+  CHECK_THROWS_WITH(Fwd4(st.q, st.g, 3, saved), Contains("H = 3 must divide d = 8"));
+  CHECK_THROWS_WITH(Fwd4(st.q.topRows(2), st.g, 2, saved),
+                    Contains("q and g must both be 3 × d (one row a site), got 2×8 and 3×8"));
+  CHECK_THROWS_WITH(Fwd4(st.q, st.g, 2, std::span<RoutingSaved<double>>()),
+                    Contains("needs at least one site"));
+
+  Fwd4 stack(st.q, st.g, 2, saved);
+  Mat<double> out;
+  CHECK_THROWS_WITH(stack.site(0, out), Contains("site 0 reads sources 0 … 0 but 0 are added"));
+  CHECK_THROWS_WITH(stack.add_source(1, st.S[1]), Contains("the next is source 0"));
+  CHECK_THROWS_WITH(stack.add_source(0, Mat<double>::Zero(4, 6)),
+                    Contains("source 0 is 4×6, must be P × d with d = 8"));
+  stack.add_source(0, st.S[0]);
+  CHECK_THROWS_WITH(stack.add_source(1, Mat<double>::Zero(5, 8)),
+                    Contains("source 1 has 5 positions, source 0 has 4"));
+  CHECK_THROWS_WITH(stack.site(3, out), Contains("site 3 outside [0, 3)"));
+  CHECK_THROWS_WITH(stack.site(1, out), Contains("site 1 reads sources 0 … 1 but 1 are added"));
+
+  // After every refusal, the right calls give what a fresh stack gives.
+  std::vector<Mat<double>> outs(3);
+  stack.site(0, outs[0]);
+  for (int s = 1; s < 3; ++s) {
+    stack.add_source(s, st.S[s]);
+    stack.site(s, outs[s]);
+  }
+  CHECK_THROWS_WITH(stack.add_source(3, st.S[2]), Contains("all 3 sources are added already"));
+  const Forward<double> fresh = forward_of(st, Fwd::V4);
+  for (int s = 0; s < 3; ++s) {
+    CHECK(outs[s] == fresh.out[s]);
+    for (int i = 0; i <= s; ++i) {
+      CHECK(saved[s].alpha[i] == fresh.saved[s].alpha[i]);
+      CHECK(saved[s].logits[i] == fresh.saved[s].logits[i]);
+    }
+  }
+}
+
 TEST_CASE("routing version 3 refuses bad shapes and a wrong order, and stays usable",
           "[routing][stack][bad-input]") {
   using Catch::Matchers::Contains;
   const Stack<double> st = draw(3, 4, 8, 2, 31);
   std::vector<Mat<double>> outs;
   std::vector<RoutingSaved<double>> saved;
-  forward_all(st, true, outs, saved);
+  forward_all(st, Fwd::V4, outs, saved);
 
   CHECK_THROWS_WITH(RoutingStackBackward<double>(st.S, 3), Contains("H = 3 must divide d = 8"));
   CHECK_THROWS_WITH(RoutingStackBackward<double>(std::span<const Mat<double>>(), 2),

@@ -175,6 +175,15 @@ std::vector<CpuRoutingRow> bench_routing_stack_cpu(int n, int P, int d, int H, i
                                   std::span<const Mat<float>>(sources.data(), s + 1), q.row(s),
                                   g.row(s), H);
   };
+  // Version 4 as the model runs it: a source added (its logits at every later site), then the
+  // site that reads it last.
+  auto forward_v4 = [&] {
+    RoutingStackForward<float> stack(q, g, H, saved);
+    for (int s = 0; s < n; ++s) {
+      stack.add_source(s, sources[s]);
+      stack.site(s, outs[s]);
+    }
+  };
   // Version 2 as the model ran it: zeroed source gradients, then the sites last to first.
   auto backward_v2 = [&] {
     for (auto& m : dsources) m.setZero();
@@ -201,6 +210,7 @@ std::vector<CpuRoutingRow> bench_routing_stack_cpu(int n, int P, int d, int H, i
   return time_against_copy(threads, repeats, [&] { copy_loop(dst.data(), src.data(), floats); },
                            8.0 * double(floats),
                            {{"stack-fwd", "2 fast", fwd_bytes, forward},
+                            {"stack-fwd", "4 source", fwd_bytes, forward_v4},
                             {"stack-bwd", "2 fast", bwd_bytes, backward_v2},
                             {"stack-bwd", "3 source", bwd_bytes, backward_v3}});
 }

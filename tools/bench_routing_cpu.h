@@ -15,7 +15,9 @@
  *
  * The stack tables time every routing site of a model at once, n sites where site s reads
  * sources 0 … s (the N = 2L + 1 sites of attnres and mhar):
- *   stack-fwd  Σ_s forward(N = s + 1)            each site's forward (version 2)
+ *   stack-fwd  Σ_s forward(N = s + 1)            each site's forward (version 2); version 4
+ *                                              (each source's logits once, when it is added)
+ *                                              is shown against the same bytes
  *   stack-bwd  4 · (Σ_s (s+1)·(P·d + P·H) + 4·n·P·d)
  *                                              what version 3 moves: per (site, source) pair
  *                                              dout_s and α read; per site dout_s and out_s read
@@ -32,7 +34,7 @@
 namespace mhar::toy {
 
 /// One measurement: op "copy", "forward", "backward", "stack-fwd" or "stack-bwd"; version "-",
-/// "1 ref", "2 fast" or "3 source".
+/// "1 ref", "2 fast", "3 source" (backward) or "4 source" (forward).
 struct CpuRoutingRow {
   std::string op, version;
   int threads = 1;
@@ -72,9 +74,10 @@ std::vector<CpuRoutingRow> bench_routing_cpu(int N, int P, int d, int H, int rep
 
 /**
  * @brief For each thread count: the copy loop (over n·P·d floats), the forwards of a stack of n
- *        sites (site s reads sources 0 … s), and its backward by version 2 (site by site, last
- *        first, on zeroed source gradients) and by version 3 (RoutingStackBackward), as the
- *        model runs each; in rounds, fastest of `repeats` after a warm-up.
+ *        sites (site s reads sources 0 … s) by version 2 (site by site) and by version 4
+ *        (RoutingStackForward), and its backward by version 2 (site by site, last first, on
+ *        zeroed source gradients) and by version 3 (RoutingStackBackward), as the model runs
+ *        each; in rounds, fastest of `repeats` after a warm-up.
  *
  * Needs about 5·n·P·d floats. Throws ShapeError on bad shapes.
  */
