@@ -12,8 +12,8 @@
  * Eigen line over all P positions and the head's K columns, under the formula it computes.
  * The CUDA twin is cuda/routing.cu (same names, same argument order). routing_fast.h is CPU
  * version 2: the same math in a loop order that reads each source once, on all threads; and
- * routing_stack.h is version 3, the backward of a whole attnres or mhar stack one source at a
- * time. The model runs those, and the tests hold them to this one.
+ * routing_stack.h holds versions 3 and 4, the backward and the forward of a whole attnres or
+ * mhar stack one source at a time. The model runs those, and the tests hold them to this one.
  */
 #pragma once
 

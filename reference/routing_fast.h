@@ -15,10 +15,13 @@
  *   3  RoutingStackBackward (routing_stack.h): the backward of all the sites of an attnres or
  *      mhar stack at once, one source at a time: each source's gradient written once, not
  *      read and written at every site that reads the source.
+ *   4  RoutingStackForward (routing_stack.h): the forward of the same stack: each source's
+ *      logits at every later site computed once, when the source is written, so a site is
+ *      the softmax of saved logits and one read of each source row.
  *
  * Same arguments, same saved state (so either backward takes either forward's RoutingSaved),
- * same `=` / `+=` contract as version 1. The model (model.cpp) runs version 2's forward at every
- * site, and its backward in the block and delta modes (attnres and mhar use version 3); the tests
+ * same `=` / `+=` contract as version 1. The model (model.cpp) runs version 2 in the block and
+ * delta modes (attnres and mhar use versions 4 and 3), and the decoder's step; the tests
  * check it against version 1 in float and double and through the finite-difference gradient checks.
  *
  * Determinism: positions are cut into blocks of kRoutingBlock, fixed by P alone, and blocks
