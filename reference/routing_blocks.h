@@ -145,46 +145,90 @@ template <typename T, bool kTwo, bool kSquares>
 
 /**
  * Step (4) for one position: o[c] = Σ_i w[i·H + h(c)] · rows[i][c], where rows[i] is the
- * position's row of source i (d = H·K values) and w its N × H routing weights. Column tiles of
- * one head are summed over i in registers (four independent vectors, so each source's
- * multiply-adds need not wait on the last) and stored once. With ahead > 0 it also asks the
- * cache for rows[i] + ahead (a hint only: no result depends on it; callers keep it inside the
- * matrix). The order of the additions is fixed by N, K and H alone. Always inlined, as
- * head_sums.
+ * position's row of source i (d = H·K values) and w its N × H routing weights; if kTwo, also
+ * o2[c] = Σ_i w2[i·H + h(c)] · rows[i][c] from the same reads (version 4: a site's output and
+ * the next site's partial sum). Column tiles of one head are summed over i in registers (four
+ * independent vectors an output, so each source's multiply-adds need not wait on the last) and
+ * stored once. With ahead > 0 it also asks the cache for rows[i] + ahead (a hint only: no result
+ * depends on it; callers keep it inside the matrix). The order of the additions is fixed by N, K
+ * and H alone. Always inlined, as head_sums.
  */
-template <typename T>
+template <typename T, bool kTwo = false>
 [[gnu::always_inline]] inline void weighted_row_sum(T* o, const T* const* rows, std::size_t N,
                                                     const T* w, Eigen::Index K, int H,
-                                                    Eigen::Index ahead) {
+                                                    Eigen::Index ahead, T* o2 = nullptr,
+                                                    const T* w2 = nullptr) {
   for (int h = 0; h < H; ++h) {
     Eigen::Index c = h * K;
     const Eigen::Index end = c + K;
     for (; c + 4 * kLanes <= end; c += 4 * kLanes) {
       Lanes<T> acc0 = Lanes<T>::Zero(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+      Lanes<T> two0 = acc0, two1 = acc0, two2 = acc0, two3 = acc0;
       for (std::size_t i = 0; i < N; ++i) {
         const T* S = rows[i] + c;
         const T a = w[i * H + h];
         if (ahead) prefetch_32(S + ahead);
-        acc0 += a * In<T>(S);
-        acc1 += a * In<T>(S + kLanes);
-        acc2 += a * In<T>(S + 2 * kLanes);
-        acc3 += a * In<T>(S + 3 * kLanes);
+        const In<T> x0(S), x1(S + kLanes), x2(S + 2 * kLanes), x3(S + 3 * kLanes);
+        acc0 += a * x0;
+        acc1 += a * x1;
+        acc2 += a * x2;
+        acc3 += a * x3;
+        if constexpr (kTwo) {
+          const T a2 = w2[i * H + h];
+          two0 += a2 * x0;
+          two1 += a2 * x1;
+          two2 += a2 * x2;
+          two3 += a2 * x3;
+        }
       }
       Out<T>(o + c) = acc0;
       Out<T>(o + c + kLanes) = acc1;
       Out<T>(o + c + 2 * kLanes) = acc2;
       Out<T>(o + c + 3 * kLanes) = acc3;
+      if constexpr (kTwo) {
+        Out<T>(o2 + c) = two0;
+        Out<T>(o2 + c + kLanes) = two1;
+        Out<T>(o2 + c + 2 * kLanes) = two2;
+        Out<T>(o2 + c + 3 * kLanes) = two3;
+      }
     }
     for (; c + kLanes <= end; c += kLanes) {
-      Lanes<T> acc = Lanes<T>::Zero();
-      for (std::size_t i = 0; i < N; ++i) acc += w[i * H + h] * In<T>(rows[i] + c);
+      Lanes<T> acc = Lanes<T>::Zero(), two = acc;
+      for (std::size_t i = 0; i < N; ++i) {
+        const In<T> x(rows[i] + c);
+        acc += w[i * H + h] * x;
+        if constexpr (kTwo) two += w2[i * H + h] * x;
+      }
       Out<T>(o + c) = acc;
+      if constexpr (kTwo) Out<T>(o2 + c) = two;
     }
     for (; c < end; ++c) {
-      T acc = 0;
-      for (std::size_t i = 0; i < N; ++i) acc += w[i * H + h] * rows[i][c];
+      T acc = 0, two = 0;
+      for (std::size_t i = 0; i < N; ++i) {
+        acc += w[i * H + h] * rows[i][c];
+        if constexpr (kTwo) two += w2[i * H + h] * rows[i][c];
+      }
       o[c] = acc;
+      if constexpr (kTwo) o2[c] = two;
     }
+  }
+}
+
+/**
+ * x[k] = exp(x[k]) for k < n, in vector steps only, the last one padded. So an entry's value
+ * depends on its input alone, never on its address: Eigen's own loops over a Map begin with
+ * scalar steps up to the first aligned address, and its scalar exp rounds differently from its
+ * vector one, which made version 4's weights differ between runs in the last bit.
+ */
+template <typename T>
+inline void exp_in_place(T* x, Eigen::Index n) {
+  Eigen::Index k = 0;
+  for (; k + kLanes <= n; k += kLanes) Out<T>(x + k) = In<T>(x + k).array().exp().matrix();
+  if (k < n) {
+    Lanes<T> t = Lanes<T>::Zero();
+    std::copy(x + k, x + n, t.data());
+    t = t.array().exp().matrix();
+    std::copy_n(t.data(), n - k, x + k);
   }
 }
 

@@ -111,55 +111,125 @@ void RoutingStackForward<T>::add_source(int i, const Mat<T>& S) {
 }
 
 template <typename T>
+bool RoutingStackForward<T>::leads(int s) const {
+  // Pairs (s, s + 1) end at the last site: followers n − 1, n − 3, …, none below 2 (a follower
+  // reads two rows, its carry and its newest source, so pairing only pays from three sources).
+  return s >= 1 && s + 1 < size() && (size() - 2 - s) % 2 == 0;
+}
+
+template <typename T>
 void RoutingStackForward<T>::site(int s, Mat<T>& out) {
   const char* where = "routing stack forward site";
   require(s >= 0 && s < size(), where, "site ", s, " outside [0, ", size(), ")");
   require(s < static_cast<int>(sources_.size()), where, "site ", s, " reads sources 0 … ", s,
           " but ", sources_.size(), " are added");
-  // sources 0 … s: P × d; out: P × d; α_i, z_i: P × H
+  require(s == next_site_, where, "sites run in order: site ", s, " asked, the next is site ",
+          next_site_);
+  // sources 0 … s: P × d; out: P × d; α_i, z_i: P × H; carry: P × d, its m and l: P × H
   RoutingSaved<T>& sv = saved_[s];
   const std::size_t N = static_cast<std::size_t>(s) + 1;
   const Eigen::Index P = sources_[0]->rows(), d = qg_.cols(), K = d / H_;
   const int H = H_;
+  const bool lead = leads(s), follow = s >= 1 && leads(s - 1);
   for (auto& a : sv.alpha) a.resize(P, H);
   out.resize(P, d);
+  if (lead) {
+    carry_.resize(P, d);
+    carry_max_.resize(P, H);
+    carry_sum_.resize(P, H);
+  }
+  const RoutingSaved<T>* next = lead ? &saved_[s + 1] : nullptr;
   const Eigen::Index blocks = (P + kRoutingBlock - 1) / kRoutingBlock;
   const std::size_t per_block = static_cast<std::size_t>(kRoutingBlock) * H;
-  // m and 1 / Σ for the block's (position, head) entries, then one position's N × H weights
-  Scratch<T> scratch(2 * per_block + N * H);
+  // m and 1 / Σ for the block's (position, head) entries, one position's N × H weights, and for
+  // a leader the next site's N × (block entries) exponentials and one position's N × H of them
+  Scratch<T> scratch(3 * per_block + N * H + (lead ? N * (per_block + H) : 0));
   Scratch<const T*> row_ptrs(N);  // row p of each source
 
   for_each_block(blocks, worth_threads(N, P, d), [&](Eigen::Index b) {
     using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
     const Eigen::Index p0 = b * kRoutingBlock, p1 = std::min(P, p0 + kRoutingBlock);
     const Eigen::Index e = (p1 - p0) * H;  // the block's (position, head) entries, contiguous
-    auto z = [&](std::size_t i) { return Eigen::Map<const Arr>(sv.logits[i].data() + p0 * H, e); };
+    auto block = [&](const Mat<T>& A) { return Eigen::Map<const Arr>(A.data() + p0 * H, e); };
+    auto z = [&](std::size_t i) { return block(sv.logits[i]); };
     auto alpha = [&](std::size_t i) { return Eigen::Map<Arr>(sv.alpha[i].data() + p0 * H, e); };
     T* const buf = scratch.mine();
-    Eigen::Map<Arr> m(buf, e), inv(buf + per_block, e);
+    Eigen::Map<Arr> m(buf, e), inv(buf + per_block, e), scale(buf + 2 * per_block, e);
+    T* const w = buf + 3 * per_block;  // w[i·H + h]: one position's weights
+    // e_i = exp(z_i − m) into alpha(i), at any address the same bits (exp_in_place)
+    auto exp_of_difference = [&](Eigen::Map<Arr> out, const auto& zi, const Eigen::Map<Arr>& mi) {
+      out = zi - mi;
+      exp_in_place(out.data(), e);
+    };
+    const T** rows = row_ptrs.mine();
+    const Eigen::Index ahead = kAheadRows * d;
+    if (follow) {
+      // The previous site left this one's sum over sources 0 … s − 1 (the carry): l' and C with
+      //   C = Σ_{i<s} exp(z_i − m') · S_i,  l' = Σ_{i<s} exp(z_i − m'),  m' = max_{i<s} z_i.
+      // With the newest source: m = max(m', z_s), l = l' · exp(m' − m) + exp(z_s − m), and
+      // (3) α_i = exp(z_i − m) / l   (all i ≤ s, from the saved logits)
+      // (4) out = exp(m' − m) / l · C + α_s · S_s   (two rows read, not s + 1)
+      const auto m_old = block(carry_max_), l_old = block(carry_sum_);
+      m = m_old.max(z(s));
+      scale = m_old - m;
+      exp_in_place(scale.data(), e);  // exp(m' − m)
+      for (std::size_t i = 0; i < N; ++i) exp_of_difference(alpha(i), z(i), m);
+      inv = (l_old * scale + alpha(s)).inverse();
+      for (std::size_t i = 0; i < N; ++i) alpha(i) *= inv;
+      inv *= scale;  // the carry's weight
+      for (Eigen::Index p = p0; p < p1; ++p) {
+        rows[0] = carry_.data() + p * d;
+        rows[1] = sources_[s]->data() + p * d;
+        std::copy_n(inv.data() + (p - p0) * H, H, w);
+        std::copy_n(sv.alpha[s].data() + p * H, H, w + H);
+        weighted_row_sum(out.data() + p * d, rows, 2, w, K, H, p + kAheadRows < P ? ahead : 0);
+      }
+      return;
+    }
     // (3) α_i = exp(z_i − m) / Σ_j exp(z_j − m), m = max_j z_j, for every (p, h) of the block
     m = z(0);
     for (std::size_t i = 1; i < N; ++i) m = m.max(z(i));
     inv.setZero();
     for (std::size_t i = 0; i < N; ++i) {
-      alpha(i) = (z(i) - m).exp();
+      exp_of_difference(alpha(i), z(i), m);
       inv += alpha(i);
     }
     inv = inv.inverse();
     for (std::size_t i = 0; i < N; ++i) alpha(i) *= inv;
+    T* const ex = w + N * H;  // leader: exp(z'_i − m') for the block, N × e
+    T* const w2 = ex + N * per_block;
+    if (lead) {
+      // The next site's sum over the same sources, left unnormalised for it (the carry): its
+      // logits z'_i (i ≤ s) are saved already; m' = max_i z'_i, l' = Σ_i exp(z'_i − m').
+      auto zn = [&](std::size_t i) { return block(next->logits[i]); };
+      Eigen::Map<Arr> mn(carry_max_.data() + p0 * H, e), ln(carry_sum_.data() + p0 * H, e);
+      mn = zn(0);
+      for (std::size_t i = 1; i < N; ++i) mn = mn.max(zn(i));
+      ln.setZero();
+      for (std::size_t i = 0; i < N; ++i) {
+        Eigen::Map<Arr> ei(ex + i * e, e);
+        exp_of_difference(ei, zn(i), mn);
+        ln += ei;
+      }
+    }
     // (4) out[p, c] = Σ_i α_i[h(c)] · S_i[p, c]: one read of each source row, from memory;
-    //     the rows kAheadRows on are asked for meanwhile.
-    T* const w = buf + 2 * per_block;  // w[i·H + h] = α_i[p, h]
-    const T** rows = row_ptrs.mine();
+    //     the rows kAheadRows on are asked for meanwhile. A leader sums the carry from the
+    //     same reads: C[p, c] = Σ_i exp(z'_i[h(c)] − m') · S_i[p, c].
     for (Eigen::Index p = p0; p < p1; ++p) {
       for (std::size_t i = 0; i < N; ++i) {
         rows[i] = sources_[i]->data() + p * d;
         std::copy_n(sv.alpha[i].data() + p * H, H, w + i * H);
       }
-      weighted_row_sum(out.data() + p * d, rows, N, w, K, H,
-                       p + kAheadRows < P ? kAheadRows * d : 0);
+      if (lead) {
+        for (std::size_t i = 0; i < N; ++i) std::copy_n(ex + i * e + (p - p0) * H, H, w2 + i * H);
+        weighted_row_sum<T, true>(out.data() + p * d, rows, N, w, K, H,
+                                  p + kAheadRows < P ? ahead : 0, carry_.data() + p * d, w2);
+      } else {
+        weighted_row_sum(out.data() + p * d, rows, N, w, K, H, p + kAheadRows < P ? ahead : 0);
+      }
     }
   });
+  next_site_ = s + 1;
 }
 
 // ---- Version 3: the backward ------------------------------------------------------------------

@@ -32,6 +32,13 @@
  * elementwise over (position, head), and step (4), one read of each source row. Version 2 read
  * every source row twice per site, once for its logits through per-row dot products.
  *
+ * Sites also run in pairs (s, s + 1), the pairs ending at the last site: site s + 1 reads the
+ * same sources as site s plus S_{s+1}, and its logits over sources 0 … s are known when site s
+ * runs. So site s sums, from the same reads, site s + 1's weighted sum over sources 0 … s with
+ * weights exp(z'_i − m') left unnormalised (the carry, as in an online softmax); site s + 1
+ * then reads two rows, the carry and S_{s+1}, instead of s + 2, and rescales:
+ * m = max(m', z'_{s+1}), out = (exp(m' − m) · C + exp(z'_{s+1} − m) · S_{s+1}) / l.
+ *
  * Version 3's backward reads the logits back (RoutingSaved::logits): the RMS path's coefficient
  * (r_i³ / d) · Σ_h dz_i[h] · kp_i[h] is (r_i² / d) · Σ_h dz_i[h] · z_i[h], since z = r · kp, so
  * the backward need not recompute kp_i = Σ_{c∈h} (q ⊙ g)_c · S_i[c].
@@ -89,17 +96,23 @@ class RoutingStackForward {
   void add_source(int i, const Mat<T>& S);
 
   /// Site s's forward, steps (3) and (4), from its saved logits: out (=) P × d, saved[s].alpha.
-  /// Needs sources 0 … s added.
+  /// Needs sources 0 … s added and sites 0 … s − 1 done (sites run in order).
   void site(int s, Mat<T>& out);
 
   /// Sites (= sources) in the stack.
   int size() const { return static_cast<int>(saved_.size()); }
 
  private:
+  /// Whether site s also sums the next site's partial sum (the carry), from the same reads.
+  bool leads(int s) const;
+
   Mat<T> qg_;  ///< n × d: row s is (q ⊙ g) of site s
   int H_;
   std::span<RoutingSaved<T>> saved_;
   std::vector<const Mat<T>*> sources_;  ///< the sources added so far
+  int next_site_ = 0;                   ///< the site to run next
+  Mat<T> carry_;                        ///< P × d: a leader's Σ_i exp(z'_i − m') · S_i
+  Mat<T> carry_max_, carry_sum_;  ///< P × H: its m' = max_i z'_i and l' = Σ_i exp(z'_i − m')
 };
 
 template <typename T>

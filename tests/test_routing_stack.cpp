@@ -367,6 +367,8 @@ TEST_CASE("routing version 4 refuses bad shapes and a wrong order, and stays usa
   // After every refusal, the right calls give what a fresh stack gives.
   std::vector<Mat<double>> outs(3);
   stack.site(0, outs[0]);
+  CHECK_THROWS_WITH(stack.site(0, out),
+                    Contains("sites run in order: site 0 asked, the next is site 1"));
   for (int s = 1; s < 3; ++s) {
     stack.add_source(s, st.S[s]);
     stack.site(s, outs[s]);
