@@ -212,6 +212,28 @@ struct Case {
   int n, P, d, H;
 };
 
+/// run() twice on 1 thread and twice on 2: every value the same bits all four times.
+template <typename F>
+void check_same_bits(F&& run) {
+#ifdef _OPENMP
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const auto one_a = run();
+  const auto one_b = run();
+  omp_set_num_threads(2);
+  REQUIRE(omp_get_max_threads() == 2);
+  const auto two_a = run();
+  const auto two_b = run();
+  omp_set_num_threads(before);
+  CHECK(one_a == one_b);  // exact equality of every float: the same bits
+  CHECK(two_a == two_b);
+  CHECK(one_a == two_a);
+#else
+  CHECK(run() == run());
+  WARN("built without OpenMP: only one thread to compare");
+#endif
+}
+
 }  // namespace
 
 TEST_CASE("routing version 3 matches the reference site by site in double and float",
@@ -295,23 +317,7 @@ TEST_CASE("routing version 3 gives the same bits on every run and for 1 and 2 th
   const Case cs = GENERATE(Case{5, 300, 64, 4}, Case{9, 180, 512, 4});
   CAPTURE(cs.n, cs.P, cs.d, cs.H);
   const Stack<float> st = cast<float>(draw(cs.n, cs.P, cs.d, cs.H, 4343 + cs.P));
-#ifdef _OPENMP
-  const int before = omp_get_max_threads();
-  omp_set_num_threads(1);
-  const auto one_a = flatten(by_source(st));
-  const auto one_b = flatten(by_source(st));
-  omp_set_num_threads(2);
-  REQUIRE(omp_get_max_threads() == 2);
-  const auto two_a = flatten(by_source(st));
-  const auto two_b = flatten(by_source(st));
-  omp_set_num_threads(before);
-  CHECK(one_a == one_b);  // exact equality of every float: the same bits
-  CHECK(two_a == two_b);
-  CHECK(one_a == two_a);
-#else
-  CHECK(flatten(by_source(st)) == flatten(by_source(st)));
-  WARN("built without OpenMP: only one thread to compare");
-#endif
+  check_same_bits([&] { return flatten(by_source(st)); });
 }
 
 TEST_CASE("routing version 4 gives the same bits on every run and for 1 and 2 threads",
@@ -321,23 +327,7 @@ TEST_CASE("routing version 4 gives the same bits on every run and for 1 and 2 th
   const Case cs = GENERATE(Case{5, 600, 64, 4}, Case{9, 180, 512, 4});
   CAPTURE(cs.n, cs.P, cs.d, cs.H);
   const Stack<float> st = cast<float>(draw(cs.n, cs.P, cs.d, cs.H, 4545 + cs.P));
-#ifdef _OPENMP
-  const int before = omp_get_max_threads();
-  omp_set_num_threads(1);
-  const auto one_a = flatten(forward_of(st, Fwd::V4));
-  const auto one_b = flatten(forward_of(st, Fwd::V4));
-  omp_set_num_threads(2);
-  REQUIRE(omp_get_max_threads() == 2);
-  const auto two_a = flatten(forward_of(st, Fwd::V4));
-  const auto two_b = flatten(forward_of(st, Fwd::V4));
-  omp_set_num_threads(before);
-  CHECK(one_a == one_b);  // exact equality of every float: the same bits
-  CHECK(two_a == two_b);
-  CHECK(one_a == two_a);
-#else
-  CHECK(flatten(forward_of(st, Fwd::V4)) == flatten(forward_of(st, Fwd::V4)));
-  WARN("built without OpenMP: only one thread to compare");
-#endif
+  check_same_bits([&] { return flatten(forward_of(st, Fwd::V4)); });
 }
 
 TEST_CASE("routing version 4 refuses bad shapes and a wrong order, and stays usable",
