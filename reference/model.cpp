@@ -395,8 +395,10 @@ void forward_hidden(const Config& cfg, const Params<T>& p, const std::vector<int
     } else {
       mlp_forward(out, c.mlp[l], c.normed[j], y.w_gate, y.w_up, y.w_down);
     }
-    if (cfg.mode == Mode::Residual) h = c.inputs[j] + out;  // h_{j+1} = h_j + out_j
-    if (cfg.mode == Mode::Delta) h += out;
+    if (cfg.mode == Mode::Residual)
+      h = c.inputs[j] + out;  // h_{j+1} = h_j + out_j (h_j was moved into inputs[j])
+    else if (cfg.mode == Mode::Delta)
+      h += out;
     c.prims.push_back(std::move(out));
     if (stack) stack->add_source(j + 1, c.prims.back());
   }

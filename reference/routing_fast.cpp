@@ -88,8 +88,7 @@ void routing_forward_fast(Mat<T>& out, RoutingSaved<T>& saved, std::span<const M
           for (std::size_t i = 0; i < N; ++i) w[i * H + h] -= m;
         }
         std::fill(w + NH, w + NHp, T(0));  // the padding, never read: exp(0) = 1
-        for (std::size_t k = 0; k < NHp; k += kLanes)
-          Out<T>(w + k) = In<T>(w + k).array().exp().matrix();
+        exp_in_place(w, static_cast<Eigen::Index>(NHp));
         for (int h = 0; h < H; ++h) {
           T sum = 0;
           for (std::size_t i = 0; i < N; ++i) sum += w[i * H + h];

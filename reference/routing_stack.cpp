@@ -156,10 +156,21 @@ void RoutingStackForward<T>::site(int s, Mat<T>& out) {
     T* const buf = scratch.mine();
     Eigen::Map<Arr> m(buf, e), inv(buf + per_block, e), scale(buf + 2 * per_block, e);
     T* const w = buf + 3 * per_block;  // w[i·H + h]: one position's weights
-    // e_i = exp(z_i − m) into alpha(i), at any address the same bits (exp_in_place)
+    // e_i = exp(z_i − m) into out, at any address the same bits (exp_in_place)
     auto exp_of_difference = [&](Eigen::Map<Arr> out, const auto& zi, const Eigen::Map<Arr>& mi) {
       out = zi - mi;
       exp_in_place(out.data(), e);
+    };
+    // Over i < N: mx = max_i z_i, e_i = exp(z_i − mx), sum = Σ_i e_i (a softmax before its
+    // division), for the block's entries.
+    auto exp_terms = [&](auto&& z_of, auto&& e_of, Eigen::Map<Arr> mx, Eigen::Map<Arr> sum) {
+      mx = z_of(0);
+      for (std::size_t i = 1; i < N; ++i) mx = mx.max(z_of(i));
+      sum.setZero();
+      for (std::size_t i = 0; i < N; ++i) {
+        exp_of_difference(e_of(i), z_of(i), mx);
+        sum += e_of(i);
+      }
     };
     const T** rows = row_ptrs.mine();
     const Eigen::Index ahead = kAheadRows * d;
@@ -187,13 +198,7 @@ void RoutingStackForward<T>::site(int s, Mat<T>& out) {
       return;
     }
     // (3) α_i = exp(z_i − m) / Σ_j exp(z_j − m), m = max_j z_j, for every (p, h) of the block
-    m = z(0);
-    for (std::size_t i = 1; i < N; ++i) m = m.max(z(i));
-    inv.setZero();
-    for (std::size_t i = 0; i < N; ++i) {
-      exp_of_difference(alpha(i), z(i), m);
-      inv += alpha(i);
-    }
+    exp_terms(z, alpha, m, inv);
     inv = inv.inverse();
     for (std::size_t i = 0; i < N; ++i) alpha(i) *= inv;
     T* const ex = w + N * H;  // leader: exp(z'_i − m') for the block, N × e
@@ -202,15 +207,9 @@ void RoutingStackForward<T>::site(int s, Mat<T>& out) {
       // The next site's sum over the same sources, left unnormalised for it (the carry): its
       // logits z'_i (i ≤ s) are saved already; m' = max_i z'_i, l' = Σ_i exp(z'_i − m').
       auto zn = [&](std::size_t i) { return block(next->logits[i]); };
-      Eigen::Map<Arr> mn(carry_max_.data() + p0 * H, e), ln(carry_sum_.data() + p0 * H, e);
-      mn = zn(0);
-      for (std::size_t i = 1; i < N; ++i) mn = mn.max(zn(i));
-      ln.setZero();
-      for (std::size_t i = 0; i < N; ++i) {
-        Eigen::Map<Arr> ei(ex + i * e, e);
-        exp_of_difference(ei, zn(i), mn);
-        ln += ei;
-      }
+      auto ei = [&](std::size_t i) { return Eigen::Map<Arr>(ex + i * e, e); };
+      exp_terms(zn, ei, Eigen::Map<Arr>(carry_max_.data() + p0 * H, e),
+                Eigen::Map<Arr>(carry_sum_.data() + p0 * H, e));
     }
     // (4) out[p, c] = Σ_i α_i[h(c)] · S_i[p, c]: one read of each source row, from memory;
     //     the rows kAheadRows on are asked for meanwhile. A leader sums the carry from the

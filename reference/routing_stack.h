@@ -49,7 +49,8 @@
  * is the same on every run AND for any number of threads (tests/test_routing_stack.cpp checks
  * 1 thread against 2, twice each). Version 4 computes each (block, head)'s logits with one
  * Eigen matrix product on the block's thread, and every other value of a position on the
- * thread of its block, so the same holds for it.
+ * thread of its block, so the same holds for it; its exps run through exp_in_place
+ * (routing_blocks.h), whose bits do not depend on a buffer's address.
  */
 #pragma once
 

@@ -28,6 +28,15 @@ double scaled_error(const Eigen::MatrixBase<A>& a, const Eigen::MatrixBase<B>& t
   return (a.template cast<double>() - truth).cwiseAbs().maxCoeff() / scale;
 }
 
+/// The worst scaled_error over several outputs, each on its own scale: add(a, truth) per output.
+struct WorstError {
+  double value = 0;
+  template <typename A, typename B>
+  void add(const Eigen::MatrixBase<A>& a, const Eigen::MatrixBase<B>& truth) {
+    value = std::max(value, scaled_error(a, truth));
+  }
+};
+
 /// Step of the central difference: truncation error ~ h² ~ 1e-10, rounding ~ 1e-16/h ~ 1e-11.
 inline constexpr double kFdStep = 1e-5;
 /// A gradient passes when its worst relative error is below this: ~1000× the expected FD error,

@@ -71,19 +71,16 @@ std::vector<double> flatten(const Run<T>& r) {
 /// Groups: out, α, r, dS, dq, dg (their scales differ); returns the worst over the groups.
 template <typename T>
 double worst_rel(const Run<T>& x, const Run<double>& truth) {
-  double worst = 0;
-  auto group = [&](const auto& a, const auto& t) {
-    worst = std::max(worst, mhar::test::scaled_error(a, t));
-  };
-  group(x.out, truth.out);
+  mhar::test::WorstError worst;
+  worst.add(x.out, truth.out);
   for (std::size_t i = 0; i < truth.dS.size(); ++i) {
-    group(x.saved.alpha[i], truth.saved.alpha[i]);
-    group(x.saved.rinv[i], truth.saved.rinv[i]);
-    group(x.dS[i], truth.dS[i]);
+    worst.add(x.saved.alpha[i], truth.saved.alpha[i]);
+    worst.add(x.saved.rinv[i], truth.saved.rinv[i]);
+    worst.add(x.dS[i], truth.dS[i]);
   }
-  group(x.dq, truth.dq);
-  group(x.dg, truth.dg);
-  return worst;
+  worst.add(x.dq, truth.dq);
+  worst.add(x.dg, truth.dg);
+  return worst.value;
 }
 
 template <typename T>

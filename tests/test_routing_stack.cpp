@@ -108,19 +108,16 @@ Forward<T> forward_of(const Stack<T>& st, Fwd v) {
 /// Worst error of a forward against truth, relative to the largest |truth| of each output.
 template <typename T>
 double worst_rel(const Forward<T>& x, const Forward<double>& truth) {
-  double worst = 0;
-  auto group = [&](const auto& a, const auto& t) {
-    worst = std::max(worst, mhar::test::scaled_error(a, t));
-  };
+  mhar::test::WorstError worst;
   for (std::size_t s = 0; s < truth.out.size(); ++s) {
-    group(x.out[s], truth.out[s]);
+    worst.add(x.out[s], truth.out[s]);
     for (std::size_t i = 0; i <= s; ++i) {
-      group(x.saved[s].alpha[i], truth.saved[s].alpha[i]);
-      group(x.saved[s].logits[i], truth.saved[s].logits[i]);
-      group(x.saved[s].rinv[i], truth.saved[s].rinv[i]);
+      worst.add(x.saved[s].alpha[i], truth.saved[s].alpha[i]);
+      worst.add(x.saved[s].logits[i], truth.saved[s].logits[i]);
+      worst.add(x.saved[s].rinv[i], truth.saved[s].rinv[i]);
     }
   }
-  return worst;
+  return worst.value;
 }
 
 template <typename T>
@@ -188,14 +185,11 @@ Grads<T> by_source(const Stack<T>& st, Fwd v = Fwd::V4) {
 /// dg), over the outputs.
 template <typename T>
 double worst_rel(const Grads<T>& x, const Grads<double>& truth) {
-  double worst = 0;
-  auto group = [&](const auto& a, const auto& t) {
-    worst = std::max(worst, mhar::test::scaled_error(a, t));
-  };
-  for (std::size_t i = 0; i < truth.dS.size(); ++i) group(x.dS[i], truth.dS[i]);
-  group(x.dq, truth.dq);
-  group(x.dg, truth.dg);
-  return worst;
+  mhar::test::WorstError worst;
+  for (std::size_t i = 0; i < truth.dS.size(); ++i) worst.add(x.dS[i], truth.dS[i]);
+  worst.add(x.dq, truth.dq);
+  worst.add(x.dg, truth.dg);
+  return worst.value;
 }
 
 template <typename T>
