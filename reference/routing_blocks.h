@@ -9,12 +9,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "routing_fast.h"
 
 #ifdef _OPENMP
 #include <omp.h>
+#endif
+#ifdef __AVX__
+#include <immintrin.h>
 #endif
 
 namespace mhar::routing_blocks {
@@ -144,9 +148,84 @@ template <typename T, bool kTwo, bool kSquares>
 }
 
 /**
- * Step (4) for one position: o[c] = Σ_i w[i·H + h(c)] · rows[i][c], where rows[i] is the
- * position's row of source i (d = H·K values) and w its N × H routing weights; if kTwo, also
- * o2[c] = Σ_i w2[i·H + h(c)] · rows[i][c] from the same reads (version 4: a site's output and
+ * Per-head partial sums over one row, in one read of x: the kLanes values at v + h·kLanes hold
+ * Σ_{c∈h} x[c] · y[c] spread over the lanes of one vector, and tail[h] the columns past the
+ * head's last whole vector (0 when K is a multiple of kLanes): the sum is their lanes' sum plus
+ * tail[h]. Leaving the horizontal
+ * sums to lane_sums, which does eight of them at once, is what makes this cheaper than head_sums
+ * for a batch of rows. The order of the additions is fixed by K and H alone.
+ */
+template <typename T, int kVectors>
+[[gnu::always_inline]] inline void head_vectors_fixed(const T* x, const T* y, int H, T* v, T* tail) {
+  // K = kVectors whole vectors: the same sums as the loop below, unrolled by the compiler
+  for (int h = 0; h < H; ++h, x += kVectors * kLanes, y += kVectors * kLanes) {
+    Lanes<T> acc = In<T>(x).cwiseProduct(In<T>(y));
+    for (int j = 1; j < kVectors; ++j)
+      acc += In<T>(x + j * kLanes).cwiseProduct(In<T>(y + j * kLanes));
+    Out<T>(v + h * kLanes) = acc;
+    tail[h] = 0;
+  }
+}
+
+template <typename T>
+[[gnu::always_inline]] inline void head_vectors(const T* x, const T* y, Eigen::Index K, int H,
+                                                T* v, T* tail) {
+  // The usual head widths, with loops the compiler unrolls (a tenth of version 3's backward
+  // at d = 128, H = 4); every other K takes the loop, with the same order of additions.
+  switch (K) {
+    case kLanes: return head_vectors_fixed<T, 1>(x, y, H, v, tail);
+    case 2 * kLanes: return head_vectors_fixed<T, 2>(x, y, H, v, tail);
+    case 4 * kLanes: return head_vectors_fixed<T, 4>(x, y, H, v, tail);
+    case 8 * kLanes: return head_vectors_fixed<T, 8>(x, y, H, v, tail);
+    case 16 * kLanes: return head_vectors_fixed<T, 16>(x, y, H, v, tail);
+    default: break;
+  }
+  const Eigen::Index whole = K / kLanes * kLanes;  // the head's columns in whole vectors
+  for (int h = 0; h < H; ++h) {
+    const T* xh = x + h * K;
+    const T* yh = y + h * K;
+    // One vector of sums a head: the heads (and the rows of a batch) are independent, so the
+    // core overlaps their chains without more accumulators.
+    Lanes<T> acc = Lanes<T>::Zero();
+    for (Eigen::Index c = 0; c < whole; c += kLanes) acc += In<T>(xh + c).cwiseProduct(In<T>(yh + c));
+    T t = 0;
+    for (Eigen::Index c = whole; c < K; ++c) t += xh[c] * yh[c];
+    Out<T>(v + h * kLanes) = acc;
+    tail[h] = t;
+  }
+}
+
+/**
+ * s[j] = (sum of the kLanes values at v + j·kLanes) + tail[j] for j < n (head_vectors' output). With AVX and floats, eight vectors at a time
+ * are summed as one transposed reduction (three rounds of pairwise sums, nine instructions for
+ * eight sums, against about six for each sum alone); otherwise, and for the last n mod 8, one
+ * vector at a time. Which of the two sums an entry gets depends on n and j alone.
+ */
+template <typename T>
+inline void lane_sums(const T* v, const T* tail, Eigen::Index n, T* s) {
+  Eigen::Index j = 0;
+#ifdef __AVX__
+  if constexpr (std::is_same_v<T, float>) {
+    for (; j + 8 <= n; j += 8) {
+      auto ld = [&](Eigen::Index k) { return _mm256_loadu_ps(v + (j + k) * kLanes); };
+      // pairwise sums: after three rounds, lane l of lo holds vector l's lanes 0–3 summed and
+      // lane l of hi its lanes 4–7
+      const __m256 t0 = _mm256_hadd_ps(ld(0), ld(1)), t1 = _mm256_hadd_ps(ld(2), ld(3));
+      const __m256 t2 = _mm256_hadd_ps(ld(4), ld(5)), t3 = _mm256_hadd_ps(ld(6), ld(7));
+      const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+      const __m256 lo = _mm256_permute2f128_ps(u0, u1, 0x20);
+      const __m256 hi = _mm256_permute2f128_ps(u0, u1, 0x31);
+      _mm256_storeu_ps(s + j, _mm256_add_ps(_mm256_add_ps(lo, hi), _mm256_loadu_ps(tail + j)));
+    }
+  }
+#endif
+  for (; j < n; ++j) s[j] = In<T>(v + j * kLanes).sum() + tail[j];
+}
+
+/**
+ * Step (4) for one position: o[c] = Σ_i w[i][h(c)] · rows[i][c], where rows[i] is the
+ * position's row of source i (d = H·K values) and w[i] its H routing weights there; if kTwo,
+ * also o2[c] = Σ_i w2[i][h(c)] · rows[i][c] from the same reads (version 4: a site's output and
  * the next site's partial sum). Column tiles of one head are summed over i in registers (four
  * independent vectors an output, so each source's multiply-adds need not wait on the last) and
  * stored once. With ahead > 0 it also asks the cache for rows[i] + ahead (a hint only: no result
@@ -155,9 +234,9 @@ template <typename T, bool kTwo, bool kSquares>
  */
 template <typename T, bool kTwo = false>
 [[gnu::always_inline]] inline void weighted_row_sum(T* o, const T* const* rows, std::size_t N,
-                                                    const T* w, Eigen::Index K, int H,
+                                                    const T* const* w, Eigen::Index K, int H,
                                                     Eigen::Index ahead, T* o2 = nullptr,
-                                                    const T* w2 = nullptr) {
+                                                    const T* const* w2 = nullptr) {
   for (int h = 0; h < H; ++h) {
     Eigen::Index c = h * K;
     const Eigen::Index end = c + K;
@@ -166,7 +245,7 @@ template <typename T, bool kTwo = false>
       Lanes<T> two0 = acc0, two1 = acc0, two2 = acc0, two3 = acc0;
       for (std::size_t i = 0; i < N; ++i) {
         const T* S = rows[i] + c;
-        const T a = w[i * H + h];
+        const T a = w[i][h];
         if (ahead) prefetch_32(S + ahead);
         const In<T> x0(S), x1(S + kLanes), x2(S + 2 * kLanes), x3(S + 3 * kLanes);
         acc0 += a * x0;
@@ -174,7 +253,7 @@ template <typename T, bool kTwo = false>
         acc2 += a * x2;
         acc3 += a * x3;
         if constexpr (kTwo) {
-          const T a2 = w2[i * H + h];
+          const T a2 = w2[i][h];
           two0 += a2 * x0;
           two1 += a2 * x1;
           two2 += a2 * x2;
@@ -196,8 +275,8 @@ template <typename T, bool kTwo = false>
       Lanes<T> acc = Lanes<T>::Zero(), two = acc;
       for (std::size_t i = 0; i < N; ++i) {
         const In<T> x(rows[i] + c);
-        acc += w[i * H + h] * x;
-        if constexpr (kTwo) two += w2[i * H + h] * x;
+        acc += w[i][h] * x;
+        if constexpr (kTwo) two += w2[i][h] * x;
       }
       Out<T>(o + c) = acc;
       if constexpr (kTwo) Out<T>(o2 + c) = two;
@@ -205,8 +284,8 @@ template <typename T, bool kTwo = false>
     for (; c < end; ++c) {
       T acc = 0, two = 0;
       for (std::size_t i = 0; i < N; ++i) {
-        acc += w[i * H + h] * rows[i][c];
-        if constexpr (kTwo) two += w2[i * H + h] * rows[i][c];
+        acc += w[i][h] * rows[i][c];
+        if constexpr (kTwo) two += w2[i][h] * rows[i][c];
       }
       o[c] = acc;
       if constexpr (kTwo) o2[c] = two;
@@ -234,10 +313,12 @@ inline void exp_in_place(T* x, Eigen::Index n) {
 
 /// Per-thread scratch, allocated before the parallel loop (so a failed allocation is an
 /// ordinary exception, not a crash inside an OpenMP region): n values for each thread, n a
-/// whole number of vector steps.
+/// whole number of vector steps. Aligned as Eigen aligns its own matrices, so an Eigen loop over
+/// a Map into it starts its vector steps at the same offset on every run (where its scalar and
+/// vector steps could round differently, the bits would otherwise depend on where malloc put it).
 template <typename T>
 struct Scratch {
-  std::vector<T> values;
+  std::vector<T, Eigen::aligned_allocator<T>> values;
   std::size_t n;
   explicit Scratch(std::size_t n_per_thread)
       : values(whole_lanes(n_per_thread) * max_threads()), n(whole_lanes(n_per_thread)) {}

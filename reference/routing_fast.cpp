@@ -56,11 +56,12 @@ void routing_forward_fast(Mat<T>& out, RoutingSaved<T>& saved, std::span<const M
   const Eigen::Index R = sub_block_rows(N, d, P, sizeof(T));
   Scratch<T> scratch(NHp * R);  // R positions' w_p
 
-  Scratch<const T*> row_ptrs(N);  // row p of each source, for step (4)
+  Scratch<const T*> row_ptrs(2 * N);  // row p of each source and its weights, for step (4)
 
   for_each_block(blocks, worth_threads(N, P, d), [&](Eigen::Index b) {
     T* const w0 = scratch.mine();
     const T** rows = row_ptrs.mine();
+    const T** weights = rows + N;
     const Eigen::Index b_end = std::min(P, (b + 1) * kRoutingBlock);
     for (Eigen::Index p0 = b * kRoutingBlock; p0 < b_end; p0 += R) {
       const Eigen::Index p1 = std::min(b_end, p0 + R);  // the sub-block [p0, p1)
@@ -100,8 +101,11 @@ void routing_forward_fast(Mat<T>& out, RoutingSaved<T>& saved, std::span<const M
         // (4) out[p, c] = Σ_i α_i[h(c)] · S_i[p, c]   (the sub-block's rows are still in cache)
         // While this pass works from cache, ask for the next sub-block's rows (R rows on, the
         // same columns), so the next first pass finds them on their way: 2 lines per 32 values.
-        for (std::size_t i = 0; i < N; ++i) rows[i] = sources[i].data() + p * d;
-        weighted_row_sum(out.data() + p * d, rows, N, w, K, H, p + R < P ? R * d : 0);
+        for (std::size_t i = 0; i < N; ++i) {
+          rows[i] = sources[i].data() + p * d;
+          weights[i] = saved.alpha[i].data() + p * H;
+        }
+        weighted_row_sum(out.data() + p * d, rows, N, weights, K, H, p + R < P ? R * d : 0);
       }
     }
   });

@@ -13,13 +13,17 @@
  *     rows in registers (weighted_row_sum, as version 2), one read of each row.
  *
  * Version 3, the backward: for source i and each sub-block of R positions (R rows of S_i, of
- * dS_i and of every reading site's dout in about 256 KB of cache), three passes:
- *   1. site by site (R contiguous rows of dout_s: one stream from memory), per position: one read
- *      of dout_s's and S_i's rows gives a_i[h], and with the saved logits dzr[h] and the RMS
- *      coefficient of the pair (s, i);
- *   2. position by position, from cache: dS_i = Σ_s (value path + key path) − Σ_s coef · S_i,
- *      summed in registers over the sites, written once;
+ * dS_i and of every reading site's dout in about 256 KB of cache):
+ *   1. site by site (R contiguous rows of dout_s: one stream from memory):
+ *      a. per row, one read of dout_s's and S_i's rows gives a vector of partial sums per head,
+ *         and the horizontal sums, eight at a time, give a_i[h] (head_vectors, lane_sums);
+ *         with the saved logits, dzr and Σ_h dz·z for the RMS path, elementwise over the
+ *         sub-block's (position, head) entries;
+ *      b. from cache, the value and key paths added into the sub-block's rows of dS_i;
+ *   2. the RMS path, summed over the sites, subtracted from dS_i;
  *   3. site by site, from cache: the block's dq, dg partial sum Σ_p dzr · S_i for each site.
+ * The sub-block's rows of dS_i stay in cache from the first site to the last, and each source
+ * row is read from memory once.
  */
 #include "routing_stack.h"
 
@@ -141,10 +145,10 @@ void RoutingStackForward<T>::site(int s, Mat<T>& out) {
   const RoutingSaved<T>* next = lead ? &saved_[s + 1] : nullptr;
   const Eigen::Index blocks = (P + kRoutingBlock - 1) / kRoutingBlock;
   const std::size_t per_block = static_cast<std::size_t>(kRoutingBlock) * H;
-  // m and 1 / Σ for the block's (position, head) entries, one position's N × H weights, and for
-  // a leader the next site's N × (block entries) exponentials and one position's N × H of them
-  Scratch<T> scratch(3 * per_block + N * H + (lead ? N * (per_block + H) : 0));
-  Scratch<const T*> row_ptrs(N);  // row p of each source
+  // m, 1 / Σ and the carry's scale for the block's (position, head) entries, and for a leader
+  // the next site's N × (block entries) exponentials
+  Scratch<T> scratch(3 * per_block + (lead ? N * per_block : 0));
+  Scratch<const T*> row_ptrs(3 * N);  // row p of each source, its weights, the carry's weights
 
   for_each_block(blocks, worth_threads(N, P, d), [&](Eigen::Index b) {
     using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
@@ -155,7 +159,6 @@ void RoutingStackForward<T>::site(int s, Mat<T>& out) {
     auto alpha = [&](std::size_t i) { return Eigen::Map<Arr>(sv.alpha[i].data() + p0 * H, e); };
     T* const buf = scratch.mine();
     Eigen::Map<Arr> m(buf, e), inv(buf + per_block, e), scale(buf + 2 * per_block, e);
-    T* const w = buf + 3 * per_block;  // w[i·H + h]: one position's weights
     // e_i = exp(z_i − m) into out, at any address the same bits (exp_in_place)
     auto exp_of_difference = [&](Eigen::Map<Arr> out, const auto& zi, const Eigen::Map<Arr>& mi) {
       out = zi - mi;
@@ -173,6 +176,8 @@ void RoutingStackForward<T>::site(int s, Mat<T>& out) {
       }
     };
     const T** rows = row_ptrs.mine();
+    const T** weights = rows + N;
+    const T** carry_weights = weights + N;
     const Eigen::Index ahead = kAheadRows * d;
     if (follow) {
       // The previous site left this one's sum over sources 0 … s − 1 (the carry): l' and C with
@@ -191,9 +196,10 @@ void RoutingStackForward<T>::site(int s, Mat<T>& out) {
       for (Eigen::Index p = p0; p < p1; ++p) {
         rows[0] = carry_.data() + p * d;
         rows[1] = sources_[s]->data() + p * d;
-        std::copy_n(inv.data() + (p - p0) * H, H, w);
-        std::copy_n(sv.alpha[s].data() + p * H, H, w + H);
-        weighted_row_sum(out.data() + p * d, rows, 2, w, K, H, p + kAheadRows < P ? ahead : 0);
+        weights[0] = inv.data() + (p - p0) * H;
+        weights[1] = sv.alpha[s].data() + p * H;
+        weighted_row_sum(out.data() + p * d, rows, 2, weights, K, H,
+                         p + kAheadRows < P ? ahead : 0);
       }
       return;
     }
@@ -201,8 +207,7 @@ void RoutingStackForward<T>::site(int s, Mat<T>& out) {
     exp_terms(z, alpha, m, inv);
     inv = inv.inverse();
     for (std::size_t i = 0; i < N; ++i) alpha(i) *= inv;
-    T* const ex = w + N * H;  // leader: exp(z'_i − m') for the block, N × e
-    T* const w2 = ex + N * per_block;
+    T* const ex = buf + 3 * per_block;  // leader: exp(z'_i − m') for the block, N × e
     if (lead) {
       // The next site's sum over the same sources, left unnormalised for it (the carry): its
       // logits z'_i (i ≤ s) are saved already; m' = max_i z'_i, l' = Σ_i exp(z'_i − m').
@@ -217,14 +222,16 @@ void RoutingStackForward<T>::site(int s, Mat<T>& out) {
     for (Eigen::Index p = p0; p < p1; ++p) {
       for (std::size_t i = 0; i < N; ++i) {
         rows[i] = sources_[i]->data() + p * d;
-        std::copy_n(sv.alpha[i].data() + p * H, H, w + i * H);
+        weights[i] = sv.alpha[i].data() + p * H;
       }
       if (lead) {
-        for (std::size_t i = 0; i < N; ++i) std::copy_n(ex + i * e + (p - p0) * H, H, w2 + i * H);
-        weighted_row_sum<T, true>(out.data() + p * d, rows, N, w, K, H,
-                                  p + kAheadRows < P ? ahead : 0, carry_.data() + p * d, w2);
+        for (std::size_t i = 0; i < N; ++i) carry_weights[i] = ex + i * e + (p - p0) * H;
+        weighted_row_sum<T, true>(out.data() + p * d, rows, N, weights, K, H,
+                                  p + kAheadRows < P ? ahead : 0, carry_.data() + p * d,
+                                  carry_weights);
       } else {
-        weighted_row_sum(out.data() + p * d, rows, N, w, K, H, p + kAheadRows < P ? ahead : 0);
+        weighted_row_sum(out.data() + p * d, rows, N, weights, K, H,
+                         p + kAheadRows < P ? ahead : 0);
       }
     }
   });
@@ -232,6 +239,67 @@ void RoutingStackForward<T>::site(int s, Mat<T>& out) {
 }
 
 // ---- Version 3: the backward ------------------------------------------------------------------
+
+namespace {
+/// One site's value and key paths for one row of dS_i (d = H·K values):
+///   dS[c] (+)= α[h(c)] · dout[c] + dzr[h(c)] · u[c],  u = (q ⊙ g)_s;  kFirst writes, else adds.
+/// kVectors > 0: K = kVectors whole vectors, unrolled by the compiler; 0: any K.
+template <typename T, bool kFirst, int kVectors>
+[[gnu::always_inline]] inline void add_paths_row(T* dS, const T* dout, const T* u, const T* al,
+                                                 const T* zr, Eigen::Index K, int H) {
+  const Eigen::Index whole = kVectors > 0 ? kVectors * kLanes : K / kLanes * kLanes;
+  for (int h = 0; h < H; ++h, dS += K, dout += K, u += K) {
+    const T a = al[h], z = zr[h];
+    for (Eigen::Index c = 0; c < whole; c += kLanes) {
+      const Lanes<T> v = a * In<T>(dout + c) + z * In<T>(u + c);
+      if constexpr (kFirst) Out<T>(dS + c) = v;
+      else Out<T>(dS + c) += v;
+    }
+    for (Eigen::Index c = whole; c < K; ++c) {
+      const T v = a * dout[c] + z * u[c];
+      dS[c] = kFirst ? v : dS[c] + v;
+    }
+  }
+}
+
+/// add_paths_row for every row of a sub-block, with the usual head widths unrolled; with
+/// ahead > 0 it also asks the cache for each dout row ahead values on (one line at a time).
+template <typename T, bool kFirst>
+void add_paths(T* dS, const T* dout, const T* u, const T* al, const T* zr, Eigen::Index rows,
+               Eigen::Index d, Eigen::Index K, int H, Eigen::Index ahead) {
+  auto each_row = [&](auto row) {
+    for (Eigen::Index k = 0; k < rows; ++k) {
+      if (ahead)  // a hint only; the caller keeps dout + ahead's rows inside the matrix
+        for (Eigen::Index c = 0; c < d; c += 64 / sizeof(T))
+          __builtin_prefetch(dout + k * d + ahead + c, 0, 3);
+      row(dS + k * d, dout + k * d, al + k * H, zr + k * H);
+    }
+  };
+  switch (K) {
+    case 2 * kLanes:
+      return each_row([&](T* o, const T* x, const T* a, const T* z) {
+        add_paths_row<T, kFirst, 2>(o, x, u, a, z, K, H);
+      });
+    case 4 * kLanes:
+      return each_row([&](T* o, const T* x, const T* a, const T* z) {
+        add_paths_row<T, kFirst, 4>(o, x, u, a, z, K, H);
+      });
+    case 8 * kLanes:
+      return each_row([&](T* o, const T* x, const T* a, const T* z) {
+        add_paths_row<T, kFirst, 8>(o, x, u, a, z, K, H);
+      });
+    case 16 * kLanes:
+      return each_row([&](T* o, const T* x, const T* a, const T* z) {
+        add_paths_row<T, kFirst, 16>(o, x, u, a, z, K, H);
+      });
+    default:
+      return each_row([&](T* o, const T* x, const T* a, const T* z) {
+        add_paths_row<T, kFirst, 0>(o, x, u, a, z, K, H);
+      });
+  }
+}
+}  // namespace
+
 
 template <typename T>
 RoutingStackBackward<T>::RoutingStackBackward(std::span<const Mat<T>> sources, int H)
@@ -301,8 +369,10 @@ void RoutingStackBackward<T>::source_gradient(int i, Mat<T>& dsource) {
   const T inv_d = T(1) / T(d);
   const int M = n - i;  // the sites that read S_i: s = i … n − 1, taken last first (m = n − 1 − s)
   dsource.resize(P, d);
+  // r_i depends on S_i alone, so every site saved the same r_i: take site i's.
+  const T* r_i = sites_[i].saved->rinv[i].data();
   // Each site's arrays, in the order m = 0 … M − 1 (site s = n − 1 − m).
-  std::vector<const T*> dout(M), qg(M), alpha(M), logits(M), rinv(M), Dm(M);
+  std::vector<const T*> dout(M), qg(M), alpha(M), logits(M), Dm(M);
   std::vector<T*> partial(M);
   for (int m = 0; m < M; ++m) {
     Site& site = sites_[n - 1 - m];
@@ -310,97 +380,75 @@ void RoutingStackBackward<T>::source_gradient(int i, Mat<T>& dsource) {
     qg[m] = site.qg.data();
     alpha[m] = site.saved->alpha[i].data();
     logits[m] = site.saved->logits[i].data();
-    rinv[m] = site.saved->rinv[i].data();
     Dm[m] = site.D.data();
     partial[m] = site.partial.data();
   }
   // Rows of a sub-block: R rows of S_i, of dS_i and of each site's dout in about 256 KB of cache.
   const Eigen::Index R = sub_block_rows(static_cast<std::size_t>(M) + 2, d, P, sizeof(T));
-  const std::size_t per_site = static_cast<std::size_t>(R) * (H + 1);
-  // Per site m: dzr[p][h] (R × H) and coef[p] (R), then a[h].
-  Scratch<T> scratch(per_site * M + static_cast<std::size_t>(H));
+  // Per site m: dzr[p][h] (R × H). Then a[p][h], its vectors of partial sums and their tails,
+  // r_i for each entry and Σ_s dz·z (R × H each but the vectors, R × H × kLanes).
+  const std::size_t entries = static_cast<std::size_t>(R) * H;
+  Scratch<T> scratch(entries * (M + kLanes + 4));
 
   for_each_block(blocks_, worth_threads(M, P, d), [&](Eigen::Index b) {
+    using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
     T* const w = scratch.mine();
-    auto zr_of = [&](int m) { return w + m * per_site; };    // R × H
-    auto coef_of = [&](int m) { return zr_of(m) + R * H; };  // R
-    T* a = w + per_site * M;
+    auto zr_of = [&](int m) { return w + m * entries; };  // R × H
+    T* const a = w + M * entries;
+    T* const vec = a + entries;
+    T* const tail = vec + entries * kLanes;
+    T* const r_buf = tail + entries;
+    T* const dz_z_buf = r_buf + entries;
     const Eigen::Index b_end = std::min(P, (b + 1) * kRoutingBlock);
     for (Eigen::Index p0 = b * kRoutingBlock; p0 < b_end; p0 += R) {
       const Eigen::Index p1 = std::min(b_end, p0 + R);  // the sub-block [p0, p1)
-      // Pass 1, site by site (each site's R rows of dout: one stream from memory), per position:
-      // one read of S_i's and dout_s's rows gives, per head,
+      // Pass 1, site by site (each site's R rows of dout: one stream from memory). (a) One read
+      // of S_i's and dout_s's rows gives, per (position, head),
       //   from (4): a_i[h] = Σ_{c∈h} dout ⊙ S_i;  from (3): dz_i = α_i ⊙ (a_i − D)
       //   from (2), (1): Σ_c u_i S_i = Σ_h dz_i[h] · kp_i[h],  kp_i[h] = Σ_{c∈h} q_c g_c S_i[c]
-      //                                = Σ_h dz_i[h] · z_i[h] / r_i   (the saved logits: z = r ·
-      //                                kp)
+      //                                = Σ_h dz_i[h] · z_i[h] / r_i  (the saved logits: z = r · kp)
       // and the RMS path's coefficient coef = (r_i³ / d) · Σ_c u_i S_i = (r_i² / d) · Σ_h dz_i z_i.
+      // r_i depends on S_i alone, so only Σ_s Σ_h dz_i z_i is kept, and coef is summed over the
+      // sites once, in pass 2.
+      const Eigen::Index e = (p1 - p0) * H;  // the sub-block's (position, head) entries
+      Eigen::Map<Arr> dz(a, e), r_of(r_buf, e), dz_z(dz_z_buf, e);  // dz holds a_i first
+      for (Eigen::Index k = 0; k < p1 - p0; ++k) r_of.segment(k * H, H).setConstant(r_i[p0 + k]);
+      dz_z.setZero();
       for (int m = 0; m < M; ++m) {
-        for (Eigen::Index p = p0; p < p1; ++p) {
-          const Eigen::Index k = p - p0;
-          const T* D = Dm[m] + p * H;
-          const T* al_p = alpha[m] + p * H;
-          const T* z_p = logits[m] + p * H;
-          const T r = rinv[m][p];
-          head_sums<T, false, false>(Si.data() + p * d, dout[m] + p * d, nullptr, K, H, a, nullptr);
-          T dz_z = 0;
-          for (int h = 0; h < H; ++h) {
-            const T dz = al_p[h] * (a[h] - D[h]);
-            zr_of(m)[k * H + h] = r * dz;  // dzr = r_i · dz_i
-            dz_z += dz * z_p[h];
-          }
-          coef_of(m)[k] = r * r * dz_z * inv_d;
-        }
+        // a_i for the e entries: per row one vector of partial sums a head, then the horizontal
+        // sums eight at a time
+        for (Eigen::Index p = p0; p < p1; ++p)
+          head_vectors(Si.data() + p * d, dout[m] + p * d, K, H, vec + (p - p0) * H * kLanes,
+                       tail + (p - p0) * H);
+        lane_sums(vec, tail, e, a);
+        // elementwise over the entries:
+        auto entries_of = [&](const T* x) { return Eigen::Map<const Arr>(x + p0 * H, e); };
+        dz = entries_of(alpha[m]) * (dz - entries_of(Dm[m]));  // dz_i = α_i ⊙ (a_i − D)
+        Eigen::Map<Arr>(zr_of(m), e) = r_of * dz;              // dzr = r_i · dz_i
+        dz_z += dz * entries_of(logits[m]);                     // Σ_s dz_i · z_i, the RMS path
+        // (b) From cache (just read): the value and key paths,
+        //   dS_i += α_i[h(c)] · dout_s + dzr[h(c)] · (q ⊙ g)_s   (the first site writes)
+        // meanwhile asking for this site's rows of the next sub-block.
+        T* dS = dsource.data() + p0 * d;
+        const T* dO = dout[m] + p0 * d;
+        const Eigen::Index ahead = p1 + R <= P ? R * d : 0;  // the next sub-block's rows
+        if (m == 0)
+          add_paths<T, true>(dS, dO, qg[m], alpha[m] + p0 * H, zr_of(m), p1 - p0, d, K, H, ahead);
+        else
+          add_paths<T, false>(dS, dO, qg[m], alpha[m] + p0 * H, zr_of(m), p1 - p0, d, K, H, ahead);
       }
-      // Pass 2, position by position, the rows from cache: every site's terms summed in
-      // registers, dS_i written once:
-      //   dS_i = Σ_s ( α_i[h(c)] · dout_s + dzr[h(c)] · (q ⊙ g)_s ) − (Σ_s coef) · S_i
-      //   (value path, key path, RMS path)
+      // Pass 2, the RMS path summed over the sites: dS_i −= (Σ_s coef) · S_i, with
+      //   Σ_s coef = (r_i² / d) Σ_h Σ_s dz_i z_i
       for (Eigen::Index p = p0; p < p1; ++p) {
         const Eigen::Index k = p - p0;
+        T t = 0;
+        for (int h = 0; h < H; ++h) t += dz_z[k * H + h];
+        const T c_rms = r_of[k * H] * r_of[k * H] * t * inv_d;
         const T* S = Si.data() + p * d;
         T* dS = dsource.data() + p * d;
-        // While this pass works from cache, ask for the next sub-block's dout rows (R rows on,
-        // the same columns), which the next pass 1 reads from memory.
-        const Eigen::Index ahead = p + R < P ? R * d : 0;
-        T csum = 0;
-        for (int m = 0; m < M; ++m) csum += coef_of(m)[k];
-        for (int h = 0; h < H; ++h) {
-          Eigen::Index c = h * K;
-          const Eigen::Index end = c + K;
-          for (; c + 4 * kLanes <= end; c += 4 * kLanes) {
-            Lanes<T> acc0 = -csum * In<T>(S + c), acc1 = -csum * In<T>(S + c + kLanes),
-                     acc2 = -csum * In<T>(S + c + 2 * kLanes),
-                     acc3 = -csum * In<T>(S + c + 3 * kLanes);
-            for (int m = 0; m < M; ++m) {
-              const T al = alpha[m][p * H + h], zr = zr_of(m)[k * H + h];
-              const T* dO = dout[m] + p * d + c;
-              const T* u = qg[m] + c;
-              if (ahead) prefetch_32(dO + ahead);
-              acc0 += al * In<T>(dO) + zr * In<T>(u);
-              acc1 += al * In<T>(dO + kLanes) + zr * In<T>(u + kLanes);
-              acc2 += al * In<T>(dO + 2 * kLanes) + zr * In<T>(u + 2 * kLanes);
-              acc3 += al * In<T>(dO + 3 * kLanes) + zr * In<T>(u + 3 * kLanes);
-            }
-            Out<T>(dS + c) = acc0;
-            Out<T>(dS + c + kLanes) = acc1;
-            Out<T>(dS + c + 2 * kLanes) = acc2;
-            Out<T>(dS + c + 3 * kLanes) = acc3;
-          }
-          for (; c + kLanes <= end; c += kLanes) {
-            Lanes<T> acc = -csum * In<T>(S + c);
-            for (int m = 0; m < M; ++m)
-              acc += alpha[m][p * H + h] * In<T>(dout[m] + p * d + c) +
-                     zr_of(m)[k * H + h] * In<T>(qg[m] + c);
-            Out<T>(dS + c) = acc;
-          }
-          for (; c < end; ++c) {
-            T acc = -csum * S[c];
-            for (int m = 0; m < M; ++m)
-              acc += alpha[m][p * H + h] * dout[m][p * d + c] + zr_of(m)[k * H + h] * qg[m][c];
-            dS[c] = acc;
-          }
-        }
+        Eigen::Index c = 0;
+        for (; c + kLanes <= d; c += kLanes) Out<T>(dS + c) -= c_rms * In<T>(S + c);
+        for (; c < d; ++c) dS[c] -= c_rms * S[c];
       }
       // Pass 3, site by site, S_i's rows from cache: this block's dq, dg partial for site s,
       //   partial_s[c] += Σ_p dzr[p][h(c)] · S_i[p, c]   (from (2); × g or q at the end)

@@ -15,9 +15,9 @@
  * reaches sub-layer i − 1, after every site s ≥ i has its ∂loss/∂out. So it keeps each site's
  * dout (add_site), and when dS_i is due (source_gradient) it goes over S_i once, a few positions
  * at a time: per site s ≥ i, the per-head scalars of the pair (s, i) from one read of dout_s's
- * rows; then dS_i summed over all those sites in registers and written once, and each site's
- * dq, dg partial sums. S_i's rows stay in cache across the sites; only dout_s comes from
- * memory: one row a pair instead of three.
+ * rows, and that site's terms added into dS_i's rows while dout_s's rows are still in cache;
+ * then each site's dq, dg partial sums. S_i's and dS_i's rows stay in cache across the sites;
+ * only dout_s comes from memory: one row a pair instead of three.
  *
  * The formulas are version 1's (docs/design.md §1, backward; routing_stack.cpp numbers them as
  * routing.cpp does). The sums over sites and positions run in another order than in versions 1
