@@ -19,13 +19,15 @@
  *         and the horizontal sums, eight at a time, give a_i[h] (head_vectors, lane_sums);
  *         with the saved logits, dzr and Σ_h dz·z for the RMS path, elementwise over the
  *         sub-block's (position, head) entries;
- *      b. from cache, the value and key paths added into the sub-block's rows of dS_i;
- *   2. the RMS path, summed over the sites, subtracted from dS_i;
- *   3. site by site, from cache: the block's dq, dg partial sum Σ_p dzr · S_i for each site.
+ *      b. from cache, the value and key paths added into the sub-block's rows of dS_i, and
+ *         with the last site the RMS path, summed over the sites;
+ *   2. site by site, from cache: the block's dq, dg partial sum Σ_p dzr · S_i for each site.
  * The sub-block's rows of dS_i stay in cache from the first site to the last, and each source
  * row is read from memory once.
  */
 #include "routing_stack.h"
+
+#include <type_traits>
 
 #include "routing_blocks.h"
 
@@ -242,60 +244,56 @@ void RoutingStackForward<T>::site(int s, Mat<T>& out) {
 
 namespace {
 /// One site's value and key paths for one row of dS_i (d = H·K values):
-///   dS[c] (+)= α[h(c)] · dout[c] + dzr[h(c)] · u[c],  u = (q ⊙ g)_s;  kFirst writes, else adds.
-/// kVectors > 0: K = kVectors whole vectors, unrolled by the compiler; 0: any K.
-template <typename T, bool kFirst, int kVectors>
+///   dS[c] (+)= α[h(c)] · dout[c] + dzr[h(c)] · u[c]  (− c_rms · S[c] if kLast),  u = (q ⊙ g)_s;
+/// the first site writes the row, the others add to it, and the last also subtracts the RMS path
+/// summed over all the sites. kVectors > 0: K = kVectors whole vectors, unrolled by the
+/// compiler; 0: any K.
+template <typename T, bool kFirst, bool kLast, int kVectors>
 [[gnu::always_inline]] inline void add_paths_row(T* dS, const T* dout, const T* u, const T* al,
-                                                 const T* zr, Eigen::Index K, int H) {
+                                                 const T* zr, const T* S, T c_rms, Eigen::Index K,
+                                                 int H) {
   const Eigen::Index whole = kVectors > 0 ? kVectors * kLanes : K / kLanes * kLanes;
-  for (int h = 0; h < H; ++h, dS += K, dout += K, u += K) {
+  for (int h = 0; h < H; ++h, dS += K, dout += K, u += K, S += K) {
     const T a = al[h], z = zr[h];
     for (Eigen::Index c = 0; c < whole; c += kLanes) {
-      const Lanes<T> v = a * In<T>(dout + c) + z * In<T>(u + c);
-      if constexpr (kFirst) Out<T>(dS + c) = v;
-      else Out<T>(dS + c) += v;
+      Lanes<T> v = a * In<T>(dout + c) + z * In<T>(u + c);
+      if constexpr (!kFirst) v = In<T>(dS + c) + v;
+      if constexpr (kLast) v -= c_rms * In<T>(S + c);
+      Out<T>(dS + c) = v;
     }
     for (Eigen::Index c = whole; c < K; ++c) {
-      const T v = a * dout[c] + z * u[c];
-      dS[c] = kFirst ? v : dS[c] + v;
+      T v = a * dout[c] + z * u[c];
+      if constexpr (!kFirst) v = dS[c] + v;
+      if constexpr (kLast) v -= c_rms * S[c];
+      dS[c] = v;
     }
   }
 }
 
-/// add_paths_row for every row of a sub-block, with the usual head widths unrolled; with
-/// ahead > 0 it also asks the cache for each dout row ahead values on (one line at a time).
-template <typename T, bool kFirst>
-void add_paths(T* dS, const T* dout, const T* u, const T* al, const T* zr, Eigen::Index rows,
-               Eigen::Index d, Eigen::Index K, int H, Eigen::Index ahead) {
-  auto each_row = [&](auto row) {
+/// add_paths_row for every row of a sub-block (rows of dS, dout and S d apart; c_rms one a row,
+/// read if kLast), with the usual head widths unrolled. With ahead > 0 it also asks the cache
+/// for each dout row ahead values on, one line at a time (a hint only: the caller keeps those
+/// rows inside the matrix).
+template <typename T, bool kFirst, bool kLast>
+void add_paths(T* dS, const T* dout, const T* u, const T* al, const T* zr, const T* S,
+               const T* c_rms, Eigen::Index rows, Eigen::Index d, Eigen::Index K, int H,
+               Eigen::Index ahead) {
+  auto each_row = [&](auto vectors) {
+    constexpr int kVectors = decltype(vectors)::value;
     for (Eigen::Index k = 0; k < rows; ++k) {
-      if (ahead)  // a hint only; the caller keeps dout + ahead's rows inside the matrix
-        for (Eigen::Index c = 0; c < d; c += 64 / sizeof(T))
-          __builtin_prefetch(dout + k * d + ahead + c, 0, 3);
-      row(dS + k * d, dout + k * d, al + k * H, zr + k * H);
+      for (Eigen::Index c = 0; ahead && c < d; c += 64 / sizeof(T))
+        __builtin_prefetch(dout + k * d + ahead + c, 0, 3);
+      add_paths_row<T, kFirst, kLast, kVectors>(dS + k * d, dout + k * d, u, al + k * H,
+                                                zr + k * H, S + k * d, kLast ? c_rms[k] : T(0),
+                                                K, H);
     }
   };
   switch (K) {
-    case 2 * kLanes:
-      return each_row([&](T* o, const T* x, const T* a, const T* z) {
-        add_paths_row<T, kFirst, 2>(o, x, u, a, z, K, H);
-      });
-    case 4 * kLanes:
-      return each_row([&](T* o, const T* x, const T* a, const T* z) {
-        add_paths_row<T, kFirst, 4>(o, x, u, a, z, K, H);
-      });
-    case 8 * kLanes:
-      return each_row([&](T* o, const T* x, const T* a, const T* z) {
-        add_paths_row<T, kFirst, 8>(o, x, u, a, z, K, H);
-      });
-    case 16 * kLanes:
-      return each_row([&](T* o, const T* x, const T* a, const T* z) {
-        add_paths_row<T, kFirst, 16>(o, x, u, a, z, K, H);
-      });
-    default:
-      return each_row([&](T* o, const T* x, const T* a, const T* z) {
-        add_paths_row<T, kFirst, 0>(o, x, u, a, z, K, H);
-      });
+    case 2 * kLanes: return each_row(std::integral_constant<int, 2>());
+    case 4 * kLanes: return each_row(std::integral_constant<int, 4>());
+    case 8 * kLanes: return each_row(std::integral_constant<int, 8>());
+    case 16 * kLanes: return each_row(std::integral_constant<int, 16>());
+    default: return each_row(std::integral_constant<int, 0>());
   }
 }
 }  // namespace
@@ -409,7 +407,7 @@ void RoutingStackBackward<T>::source_gradient(int i, Mat<T>& dsource) {
       //                                = Σ_h dz_i[h] · z_i[h] / r_i  (the saved logits: z = r · kp)
       // and the RMS path's coefficient coef = (r_i³ / d) · Σ_c u_i S_i = (r_i² / d) · Σ_h dz_i z_i.
       // r_i depends on S_i alone, so only Σ_s Σ_h dz_i z_i is kept, and coef is summed over the
-      // sites once, in pass 2.
+      // sites once, with the last site.
       const Eigen::Index e = (p1 - p0) * H;  // the sub-block's (position, head) entries
       Eigen::Map<Arr> dz(a, e), r_of(r_buf, e), dz_z(dz_z_buf, e);  // dz holds a_i first
       for (Eigen::Index k = 0; k < p1 - p0; ++k) r_of.segment(k * H, H).setConstant(r_i[p0 + k]);
@@ -428,29 +426,33 @@ void RoutingStackBackward<T>::source_gradient(int i, Mat<T>& dsource) {
         dz_z += dz * entries_of(logits[m]);                     // Σ_s dz_i · z_i, the RMS path
         // (b) From cache (just read): the value and key paths,
         //   dS_i += α_i[h(c)] · dout_s + dzr[h(c)] · (q ⊙ g)_s   (the first site writes)
+        // and, with the last site, the RMS path summed over the sites (from (1)):
+        //   dS_i −= (Σ_s coef) · S_i,  Σ_s coef = (r_i² / d) Σ_h Σ_s dz_i z_i;
         // meanwhile asking for this site's rows of the next sub-block.
+        const bool first = m == 0, last = m == M - 1;
+        T* const c_rms = a;  // dz is used up: a holds Σ_s coef for the last site
+        if (last)
+          for (Eigen::Index k = 0; k < p1 - p0; ++k) {
+            T t = 0;
+            for (int h = 0; h < H; ++h) t += dz_z[k * H + h];
+            c_rms[k] = r_of[k * H] * r_of[k * H] * t * inv_d;
+          }
         T* dS = dsource.data() + p0 * d;
         const T* dO = dout[m] + p0 * d;
+        const T* S = Si.data() + p0 * d;
+        const T* al = alpha[m] + p0 * H;
         const Eigen::Index ahead = p1 + R <= P ? R * d : 0;  // the next sub-block's rows
-        if (m == 0)
-          add_paths<T, true>(dS, dO, qg[m], alpha[m] + p0 * H, zr_of(m), p1 - p0, d, K, H, ahead);
+        const Eigen::Index rows = p1 - p0;
+        if (first && last)
+          add_paths<T, true, true>(dS, dO, qg[m], al, zr_of(m), S, c_rms, rows, d, K, H, ahead);
+        else if (first)
+          add_paths<T, true, false>(dS, dO, qg[m], al, zr_of(m), S, c_rms, rows, d, K, H, ahead);
+        else if (last)
+          add_paths<T, false, true>(dS, dO, qg[m], al, zr_of(m), S, c_rms, rows, d, K, H, ahead);
         else
-          add_paths<T, false>(dS, dO, qg[m], alpha[m] + p0 * H, zr_of(m), p1 - p0, d, K, H, ahead);
+          add_paths<T, false, false>(dS, dO, qg[m], al, zr_of(m), S, c_rms, rows, d, K, H, ahead);
       }
-      // Pass 2, the RMS path summed over the sites: dS_i −= (Σ_s coef) · S_i, with
-      //   Σ_s coef = (r_i² / d) Σ_h Σ_s dz_i z_i
-      for (Eigen::Index p = p0; p < p1; ++p) {
-        const Eigen::Index k = p - p0;
-        T t = 0;
-        for (int h = 0; h < H; ++h) t += dz_z[k * H + h];
-        const T c_rms = r_of[k * H] * r_of[k * H] * t * inv_d;
-        const T* S = Si.data() + p * d;
-        T* dS = dsource.data() + p * d;
-        Eigen::Index c = 0;
-        for (; c + kLanes <= d; c += kLanes) Out<T>(dS + c) -= c_rms * In<T>(S + c);
-        for (; c < d; ++c) dS[c] -= c_rms * S[c];
-      }
-      // Pass 3, site by site, S_i's rows from cache: this block's dq, dg partial for site s,
+      // Pass 2, site by site, S_i's rows from cache: this block's dq, dg partial for site s,
       //   partial_s[c] += Σ_p dzr[p][h(c)] · S_i[p, c]   (from (2); × g or q at the end)
       for (int m = 0; m < M; ++m) {
         T* A = partial[m] + b * d;
