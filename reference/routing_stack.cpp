@@ -442,6 +442,12 @@ void RoutingStackBackward<T>::source_gradient(int i, Mat<T>& dsource) {
         const T* S = Si.data() + p0 * d;
         const T* al = alpha[m] + p0 * H;
         const Eigen::Index ahead = p1 + R <= P ? R * d : 0;  // the next sub-block's rows
+        if (ahead)  // and its entries of α, D and z (hints only)
+          for (Eigen::Index j = 0; j < e; j += 64 / sizeof(T)) {
+            __builtin_prefetch(alpha[m] + p1 * H + j, 0, 3);
+            __builtin_prefetch(Dm[m] + p1 * H + j, 0, 3);
+            __builtin_prefetch(logits[m] + p1 * H + j, 0, 3);
+          }
         const Eigen::Index rows = p1 - p0;
         if (first && last)
           add_paths<T, true, true>(dS, dO, qg[m], al, zr_of(m), S, c_rms, rows, d, K, H, ahead);
