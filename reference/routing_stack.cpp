@@ -144,12 +144,15 @@ void RoutingStackForward<T>::site(int s, Mat<T>& out) {
     carry_max_.resize(P, H);
     carry_sum_.resize(P, H);
   }
-  const RoutingSaved<T>* next = lead ? &saved_[s + 1] : nullptr;
+  // A leader leaves the next site's exponentials for sources 0 … s in that site's α, to be
+  // scaled there (see the follower below).
+  RoutingSaved<T>* next = lead ? &saved_[s + 1] : nullptr;
+  if (lead)
+    for (std::size_t i = 0; i < N; ++i) next->alpha[i].resize(P, H);
   const Eigen::Index blocks = (P + kRoutingBlock - 1) / kRoutingBlock;
   const std::size_t per_block = static_cast<std::size_t>(kRoutingBlock) * H;
-  // m, 1 / Σ and the carry's scale for the block's (position, head) entries, and for a leader
-  // the next site's N × (block entries) exponentials
-  Scratch<T> scratch(3 * per_block + (lead ? N * per_block : 0));
+  // m, 1 / Σ and the carry's scale for the block's (position, head) entries
+  Scratch<T> scratch(3 * per_block);
   Scratch<const T*> row_ptrs(3 * N);  // row p of each source, its weights, the carry's weights
 
   for_each_block(blocks, worth_threads(N, P, d), [&](Eigen::Index b) {
@@ -183,18 +186,20 @@ void RoutingStackForward<T>::site(int s, Mat<T>& out) {
     const Eigen::Index ahead = kAheadRows * d;
     if (follow) {
       // The previous site left this one's sum over sources 0 … s − 1 (the carry): l' and C with
-      //   C = Σ_{i<s} exp(z_i − m') · S_i,  l' = Σ_{i<s} exp(z_i − m'),  m' = max_{i<s} z_i.
-      // With the newest source: m = max(m', z_s), l = l' · exp(m' − m) + exp(z_s − m), and
-      // (3) α_i = exp(z_i − m) / l   (all i ≤ s, from the saved logits)
+      //   C = Σ_{i<s} exp(z_i − m') · S_i,  l' = Σ_{i<s} exp(z_i − m'),  m' = max_{i<s} z_i,
+      // and each exp(z_i − m') in α_i. With the newest source: m = max(m', z_s),
+      // l = l' · exp(m' − m) + exp(z_s − m), and
+      // (3) α_i = exp(z_i − m') · exp(m' − m) / l  (i < s),  α_s = exp(z_s − m) / l
       // (4) out = exp(m' − m) / l · C + α_s · S_s   (two rows read, not s + 1)
       const auto m_old = block(carry_max_), l_old = block(carry_sum_);
       m = m_old.max(z(s));
       scale = m_old - m;
       exp_in_place(scale.data(), e);  // exp(m' − m)
-      for (std::size_t i = 0; i < N; ++i) exp_of_difference(alpha(i), z(i), m);
+      exp_of_difference(alpha(s), z(s), m);
       inv = (l_old * scale + alpha(s)).inverse();
-      for (std::size_t i = 0; i < N; ++i) alpha(i) *= inv;
-      inv *= scale;  // the carry's weight
+      alpha(s) *= inv;
+      inv *= scale;  // exp(m' − m) / l: the carry's weight, and each older source's factor
+      for (std::size_t i = 0; i < N - 1; ++i) alpha(i) *= inv;
       for (Eigen::Index p = p0; p < p1; ++p) {
         rows[0] = carry_.data() + p * d;
         rows[1] = sources_[s]->data() + p * d;
@@ -209,12 +214,12 @@ void RoutingStackForward<T>::site(int s, Mat<T>& out) {
     exp_terms(z, alpha, m, inv);
     inv = inv.inverse();
     for (std::size_t i = 0; i < N; ++i) alpha(i) *= inv;
-    T* const ex = buf + 3 * per_block;  // leader: exp(z'_i − m') for the block, N × e
     if (lead) {
       // The next site's sum over the same sources, left unnormalised for it (the carry): its
-      // logits z'_i (i ≤ s) are saved already; m' = max_i z'_i, l' = Σ_i exp(z'_i − m').
+      // logits z'_i (i ≤ s) are saved already; m' = max_i z'_i, l' = Σ_i exp(z'_i − m'),
+      // each exp(z'_i − m') into the next site's α_i.
       auto zn = [&](std::size_t i) { return block(next->logits[i]); };
-      auto ei = [&](std::size_t i) { return Eigen::Map<Arr>(ex + i * e, e); };
+      auto ei = [&](std::size_t i) { return Eigen::Map<Arr>(next->alpha[i].data() + p0 * H, e); };
       exp_terms(zn, ei, Eigen::Map<Arr>(carry_max_.data() + p0 * H, e),
                 Eigen::Map<Arr>(carry_sum_.data() + p0 * H, e));
     }
@@ -227,7 +232,7 @@ void RoutingStackForward<T>::site(int s, Mat<T>& out) {
         weights[i] = sv.alpha[i].data() + p * H;
       }
       if (lead) {
-        for (std::size_t i = 0; i < N; ++i) carry_weights[i] = ex + i * e + (p - p0) * H;
+        for (std::size_t i = 0; i < N; ++i) carry_weights[i] = next->alpha[i].data() + p * H;
         weighted_row_sum<T, true>(out.data() + p * d, rows, N, weights, K, H,
                                   p + kAheadRows < P ? ahead : 0, carry_.data() + p * d,
                                   carry_weights);
