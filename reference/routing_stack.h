@@ -39,7 +39,8 @@
  * then reads two rows, the carry and S_{s+1}, instead of s + 2, and rescales:
  * m = max(m', z'_{s+1}), out = (exp(m' − m) · C + exp(z'_{s+1} − m) · S_{s+1}) / l. Site s
  * leaves each exp(z'_i − m') in site s + 1's α_i, which site s + 1 multiplies by exp(m' − m) / l:
- * a follower computes one exponential a (position, head), not s + 2.
+ * a follower computes two exponentials a (position, head), exp(m' − m) and exp(z'_{s+1} − m),
+ * instead of s + 3.
  *
  * Version 3's backward reads the logits back (RoutingSaved::logits): the RMS path's coefficient
  * (r_i³ / d) · Σ_h dz_i[h] · kp_i[h] is (r_i² / d) · Σ_h dz_i[h] · z_i[h], since z = r · kp, so
