@@ -14,16 +14,24 @@
  *
  * Version 3, the backward: for source i and each sub-block of R positions (R rows of S_i, of
  * dS_i and of every reading site's dout in about 256 KB of cache):
- *   1. site by site (R contiguous rows of dout_s: one stream from memory):
- *      a. per row, one read of dout_s's and S_i's rows gives a vector of partial sums per head,
- *         and the horizontal sums, eight at a time, give a_i[h] (head_vectors, lane_sums);
- *         with the saved logits, dzr and Σ_h dz·z for the RMS path, elementwise over the
- *         sub-block's (position, head) entries;
- *      b. from cache, the value and key paths added into the sub-block's rows of dS_i, and
- *         with the last site the RMS path, summed over the sites;
+ *   1. dS_i's rows and each site's dzr, in one of two orders:
+ *      - heads of K = 8, 16 or 32 values (the default model's 32): row by row (source_row).
+ *        Per row and head, site by site: one read of dout_s's head gives a_i[h], dz and dzr,
+ *        and adds the value and key paths into dS_i's head, which stays in registers with
+ *        S_i's head across the sites; then the RMS path, summed over the sites. Each site's
+ *        row a few rows on is asked for meanwhile: in the training step, where dout_s comes
+ *        from memory, that is what makes this order faster (docs/benchmarks.md).
+ *      - wider heads: site by site (R contiguous rows of dout_s: one stream from memory):
+ *        a. per row, one read of dout_s's and S_i's rows gives a vector of partial sums per
+ *           head, and the horizontal sums, eight at a time, give a_i[h] (head_vectors,
+ *           lane_sums); with the saved logits, dzr and Σ_h dz·z for the RMS path, elementwise
+ *           over the sub-block's (position, head) entries;
+ *        b. from cache, the value and key paths added into the sub-block's rows of dS_i, and
+ *           with the last site the RMS path, summed over the sites.
+ *        (For K = 128, the paper shape's, the row-by-row order was about 10 % slower.)
  *   2. site by site, from cache: the block's dq, dg partial sum Σ_p dzr · S_i for each site.
- * The sub-block's rows of dS_i stay in cache from the first site to the last, and each source
- * row is read from memory once.
+ * Either way each source row is read from memory once, and dS_i's rows are written once
+ * (row by row) or stay in cache from the first site to the last (site by site).
  */
 #include "routing_stack.h"
 
@@ -248,6 +256,111 @@ void RoutingStackForward<T>::site(int s, Mat<T>& out) {
 // ---- Version 3: the backward ------------------------------------------------------------------
 
 namespace {
+/// Rows ahead of the current position that version 3 asks the cache for, in every reading
+/// site's dout (4 was the fastest of 2, 4, 6, 8, 12 inside the training step).
+constexpr Eigen::Index kBackAhead = 4;
+
+/// The arrays of source i's row p at every site that reads S_i (m = 0 … M − 1, site n − 1 − m),
+/// and where the row's dzr go (zr + m · stride + h).
+template <typename T>
+struct SiteRows {
+  const T* const* dout;    ///< P × d each: ∂loss/∂out_s
+  const T* const* qg;      ///< 1 × d each: (q ⊙ g)_s
+  const T* const* alpha;   ///< P × H each: the forward's α_i at site s
+  const T* const* D;       ///< P × H each: Σ_{c∈h} dout_s ⊙ out_s
+  const T* const* logits;  ///< P × H each: z_i at site s
+  int M;
+  T* zr;
+  Eigen::Index stride;
+};
+
+/// Asks the cache for site m's values of head h in row `ahead` rows on (a hint only; 0: none):
+/// dout's head, and with the first head the row's α, D and z.
+template <typename T>
+[[gnu::always_inline]] inline void ask_ahead(const SiteRows<T>& x, int m, Eigen::Index p, int h,
+                                             Eigen::Index ahead, Eigen::Index d, Eigen::Index K,
+                                             int H) {
+  if (!ahead) return;
+  const T* o = x.dout[m] + (p + ahead) * d + h * K;
+  for (Eigen::Index c = 0; c < K; c += 64 / sizeof(T)) __builtin_prefetch(o + c, 0, 3);
+  if (h == 0) {
+    const Eigen::Index e = (p + ahead) * H;
+    __builtin_prefetch(x.alpha[m] + e, 0, 3);
+    __builtin_prefetch(x.D[m] + e, 0, 3);
+    __builtin_prefetch(x.logits[m] + e, 0, 3);
+  }
+}
+
+/**
+ * Pass 1 for narrow heads (K = kVectors whole vectors, kVectors = 1, 2 or 4): row p of dS_i
+ * through every site that reads S_i, head by head, with the head's S_i and dS_i in registers
+ * across the sites. For site s and head h, from one read of dout_s's head:
+ *   from (4): a = Σ_{c∈h} dout[c] · S_i[c];   from (3): dz = α_i[h] · (a − D[h]);
+ *   from (2): dzr = r_i · dz (kept at zr for the dq, dg partials of pass 2);
+ *   the value and key paths: dS_i[c] += α_i[h] · dout[c] + dzr · (q ⊙ g)_s[c];
+ *   and Σ_s Σ_h dz · z_i[h] for the RMS path (from (1)), whose coefficient is summed over the
+ *   sites and heads: coef = (r_i² / d) · Σ_s Σ_h dz · z_i[h]; then dS_i[c] −= coef · S_i[c].
+ * `ahead`: rows on to ask the cache for (0 near the end).
+ */
+template <typename T, int kVectors>
+[[gnu::always_inline]] inline void source_row_fixed(T* dS, const T* S, T r, Eigen::Index p,
+                                                    Eigen::Index d, int H, const SiteRows<T>& x,
+                                                    T inv_d, Eigen::Index ahead) {
+  constexpr Eigen::Index K = kVectors * kLanes;
+  T dz_z = 0;  // Σ_s Σ_h dz · z_i[h]
+  for (int h = 0; h < H; ++h) {
+    const Eigen::Index c0 = h * K, e = p * H + h;
+    Lanes<T> s[kVectors], acc[kVectors];  // the head of S_i's row, and of dS_i's
+    for (int j = 0; j < kVectors; ++j) {
+      s[j] = In<T>(S + c0 + j * kLanes);
+      acc[j].setZero();
+    }
+    for (int m = 0; m < x.M; ++m) {
+      ask_ahead(x, m, p, h, ahead, d, K, H);
+      const T* o = x.dout[m] + p * d + c0;
+      Lanes<T> ov[kVectors];  // dout's head, read once for both uses
+      for (int j = 0; j < kVectors; ++j) ov[j] = In<T>(o + j * kLanes);
+      // a, in two chains of multiply-adds when K allows (each waits half as long)
+      Lanes<T> v = ov[0].cwiseProduct(s[0]);
+      if constexpr (kVectors > 1) {
+        Lanes<T> v2 = ov[1].cwiseProduct(s[1]);
+        for (int j = 2; j < kVectors; j += 2) {
+          v += ov[j].cwiseProduct(s[j]);
+          v2 += ov[j + 1].cwiseProduct(s[j + 1]);
+        }
+        v += v2;
+      }
+      const T al = x.alpha[m][e];
+      const T dz = al * (v.sum() - x.D[m][e]);
+      const T dzr = r * dz;
+      x.zr[m * x.stride + h] = dzr;
+      dz_z += dz * x.logits[m][e];
+      const T* u = x.qg[m] + c0;
+      for (int j = 0; j < kVectors; ++j) {
+        acc[j] += al * ov[j];
+        acc[j] += dzr * In<T>(u + j * kLanes);
+      }
+    }
+    for (int j = 0; j < kVectors; ++j) Out<T>(dS + c0 + j * kLanes) = acc[j];
+  }
+  const T coef = r * r * dz_z * inv_d;
+  for (Eigen::Index c = 0; c < d; c += kLanes) Out<T>(dS + c) -= coef * In<T>(S + c);
+}
+
+/// Whether source_row (below) takes heads of K values: K = 8, 16 or 32 floats or doubles.
+constexpr bool row_by_row(Eigen::Index K) {
+  return K == kLanes || K == 2 * kLanes || K == 4 * kLanes;
+}
+
+/// source_row_fixed for K (row_by_row(K) must hold).
+template <typename T>
+void source_row(T* dS, const T* S, T r, Eigen::Index p, Eigen::Index d, Eigen::Index K, int H,
+                const SiteRows<T>& x, T inv_d, Eigen::Index ahead) {
+  if (K == kLanes) return source_row_fixed<T, 1>(dS, S, r, p, d, H, x, inv_d, ahead);
+  if (K == 2 * kLanes) return source_row_fixed<T, 2>(dS, S, r, p, d, H, x, inv_d, ahead);
+  return source_row_fixed<T, 4>(dS, S, r, p, d, H, x, inv_d, ahead);
+}
+
 /// One site's value and key paths for one row of dS_i (d = H·K values):
 ///   dS[c] (+)= α[h(c)] · dout[c] + dzr[h(c)] · u[c]  (− c_rms · S[c] if kLast),  u = (q ⊙ g)_s;
 /// the first site writes the row, the others add to it, and the last also subtracts the RMS path
@@ -405,63 +518,78 @@ void RoutingStackBackward<T>::source_gradient(int i, Mat<T>& dsource) {
     const Eigen::Index b_end = std::min(P, (b + 1) * kRoutingBlock);
     for (Eigen::Index p0 = b * kRoutingBlock; p0 < b_end; p0 += R) {
       const Eigen::Index p1 = std::min(b_end, p0 + R);  // the sub-block [p0, p1)
-      // Pass 1, site by site (each site's R rows of dout: one stream from memory). (a) One read
-      // of S_i's and dout_s's rows gives, per (position, head),
-      //   from (4): a_i[h] = Σ_{c∈h} dout ⊙ S_i;  from (3): dz_i = α_i ⊙ (a_i − D)
-      //   from (2), (1): Σ_c u_i S_i = Σ_h dz_i[h] · kp_i[h],  kp_i[h] = Σ_{c∈h} q_c g_c S_i[c]
-      //                                = Σ_h dz_i[h] · z_i[h] / r_i  (the saved logits: z = r · kp)
-      // and the RMS path's coefficient coef = (r_i³ / d) · Σ_c u_i S_i = (r_i² / d) · Σ_h dz_i z_i.
-      // r_i depends on S_i alone, so only Σ_s Σ_h dz_i z_i is kept, and coef is summed over the
-      // sites once, with the last site.
-      const Eigen::Index e = (p1 - p0) * H;  // the sub-block's (position, head) entries
-      Eigen::Map<Arr> dz(a, e), r_of(r_buf, e), dz_z(dz_z_buf, e);  // dz holds a_i first
-      for (Eigen::Index k = 0; k < p1 - p0; ++k) r_of.segment(k * H, H).setConstant(r_i[p0 + k]);
-      dz_z.setZero();
-      for (int m = 0; m < M; ++m) {
-        // a_i for the e entries: per row one vector of partial sums a head, then the horizontal
-        // sums eight at a time
-        for (Eigen::Index p = p0; p < p1; ++p)
-          head_vectors(Si.data() + p * d, dout[m] + p * d, K, H, vec + (p - p0) * H * kLanes,
-                       tail + (p - p0) * H);
-        lane_sums(vec, tail, e, a);
-        // elementwise over the entries:
-        auto entries_of = [&](const T* x) { return Eigen::Map<const Arr>(x + p0 * H, e); };
-        dz = entries_of(alpha[m]) * (dz - entries_of(Dm[m]));  // dz_i = α_i ⊙ (a_i − D)
-        Eigen::Map<Arr>(zr_of(m), e) = r_of * dz;              // dzr = r_i · dz_i
-        dz_z += dz * entries_of(logits[m]);                     // Σ_s dz_i · z_i, the RMS path
-        // (b) From cache (just read): the value and key paths,
-        //   dS_i += α_i[h(c)] · dout_s + dzr[h(c)] · (q ⊙ g)_s   (the first site writes)
-        // and, with the last site, the RMS path summed over the sites (from (1)):
-        //   dS_i −= (Σ_s coef) · S_i,  Σ_s coef = (r_i² / d) Σ_h Σ_s dz_i z_i;
-        // meanwhile asking for this site's rows of the next sub-block.
-        const bool first = m == 0, last = m == M - 1;
-        T* const c_rms = a;  // dz is used up: a holds Σ_s coef for the last site
-        if (last)
-          for (Eigen::Index k = 0; k < p1 - p0; ++k) {
-            T t = 0;
-            for (int h = 0; h < H; ++h) t += dz_z[k * H + h];
-            c_rms[k] = r_of[k * H] * r_of[k * H] * t * inv_d;
-          }
-        T* dS = dsource.data() + p0 * d;
-        const T* dO = dout[m] + p0 * d;
-        const T* S = Si.data() + p0 * d;
-        const T* al = alpha[m] + p0 * H;
-        const Eigen::Index ahead = p1 + R <= P ? R * d : 0;  // the next sub-block's rows
-        if (ahead)  // and its entries of α, D and z (hints only)
-          for (Eigen::Index j = 0; j < e; j += 64 / sizeof(T)) {
-            __builtin_prefetch(alpha[m] + p1 * H + j, 0, 3);
-            __builtin_prefetch(Dm[m] + p1 * H + j, 0, 3);
-            __builtin_prefetch(logits[m] + p1 * H + j, 0, 3);
-          }
-        const Eigen::Index rows = p1 - p0;
-        if (first && last)
-          add_paths<T, true, true>(dS, dO, qg[m], al, zr_of(m), S, c_rms, rows, d, K, H, ahead);
-        else if (first)
-          add_paths<T, true, false>(dS, dO, qg[m], al, zr_of(m), S, c_rms, rows, d, K, H, ahead);
-        else if (last)
-          add_paths<T, false, true>(dS, dO, qg[m], al, zr_of(m), S, c_rms, rows, d, K, H, ahead);
-        else
-          add_paths<T, false, false>(dS, dO, qg[m], al, zr_of(m), S, c_rms, rows, d, K, H, ahead);
+      // Pass 1: dS_i's rows of the sub-block, and each site's dzr for them (for pass 2).
+      if (row_by_row(K)) {
+        // Heads of 8, 16 or 32 values: row by row (source_row), every site's dout_s row read
+        // once, and each site's row kBackAhead on asked for meanwhile.
+        const SiteRows<T> x{dout.data(), qg.data(), alpha.data(), Dm.data(), logits.data(), M,
+                            nullptr, static_cast<Eigen::Index>(entries)};
+        for (Eigen::Index p = p0; p < p1; ++p) {
+          SiteRows<T> xp = x;
+          xp.zr = w + (p - p0) * H;  // this row's dzr of site m at xp.zr + m · entries + h
+          source_row(dsource.data() + p * d, Si.data() + p * d, r_i[p], p, d, K, H, xp, inv_d,
+                     p + kBackAhead < P ? kBackAhead : 0);
+        }
+      } else {
+        // Wider heads: site by site (each site's R rows of dout: one stream from memory). (a)
+        // One read of S_i's and dout_s's rows gives, per (position, head),
+        //   from (4): a_i[h] = Σ_{c∈h} dout ⊙ S_i;  from (3): dz_i = α_i ⊙ (a_i − D)
+        //   from (2), (1): Σ_c u_i S_i = Σ_h dz_i[h] · kp_i[h],  kp_i[h] = Σ_{c∈h} q_c g_c S_i[c]
+        //                   = Σ_h dz_i[h] · z_i[h] / r_i  (the saved logits: z = r · kp)
+        // and the RMS path's coefficient
+        //   coef = (r_i³ / d) · Σ_c u_i S_i = (r_i² / d) · Σ_h dz_i z_i.
+        // r_i depends on S_i alone, so only Σ_s Σ_h dz_i z_i is kept, and coef is summed over the
+        // sites once, with the last site.
+        const Eigen::Index e = (p1 - p0) * H;  // the sub-block's (position, head) entries
+        Eigen::Map<Arr> dz(a, e), r_of(r_buf, e), dz_z(dz_z_buf, e);  // dz holds a_i first
+        for (Eigen::Index k = 0; k < p1 - p0; ++k) r_of.segment(k * H, H).setConstant(r_i[p0 + k]);
+        dz_z.setZero();
+        for (int m = 0; m < M; ++m) {
+          // a_i for the e entries: per row one vector of partial sums a head, then the horizontal
+          // sums eight at a time
+          for (Eigen::Index p = p0; p < p1; ++p)
+            head_vectors(Si.data() + p * d, dout[m] + p * d, K, H, vec + (p - p0) * H * kLanes,
+                         tail + (p - p0) * H);
+          lane_sums(vec, tail, e, a);
+          // elementwise over the entries:
+          auto entries_of = [&](const T* x) { return Eigen::Map<const Arr>(x + p0 * H, e); };
+          dz = entries_of(alpha[m]) * (dz - entries_of(Dm[m]));  // dz_i = α_i ⊙ (a_i − D)
+          Eigen::Map<Arr>(zr_of(m), e) = r_of * dz;              // dzr = r_i · dz_i
+          dz_z += dz * entries_of(logits[m]);                     // Σ_s dz_i · z_i, the RMS path
+          // (b) From cache (just read): the value and key paths,
+          //   dS_i += α_i[h(c)] · dout_s + dzr[h(c)] · (q ⊙ g)_s   (the first site writes)
+          // and, with the last site, the RMS path summed over the sites (from (1)):
+          //   dS_i −= (Σ_s coef) · S_i,  Σ_s coef = (r_i² / d) Σ_h Σ_s dz_i z_i;
+          // meanwhile asking for this site's rows of the next sub-block.
+          const bool first = m == 0, last = m == M - 1;
+          T* const c_rms = a;  // dz is used up: a holds Σ_s coef for the last site
+          if (last)
+            for (Eigen::Index k = 0; k < p1 - p0; ++k) {
+              T t = 0;
+              for (int h = 0; h < H; ++h) t += dz_z[k * H + h];
+              c_rms[k] = r_of[k * H] * r_of[k * H] * t * inv_d;
+            }
+          T* dS = dsource.data() + p0 * d;
+          const T* dO = dout[m] + p0 * d;
+          const T* S = Si.data() + p0 * d;
+          const T* al = alpha[m] + p0 * H;
+          const Eigen::Index ahead = p1 + R <= P ? R * d : 0;  // the next sub-block's rows
+          if (ahead)  // and its entries of α, D and z (hints only)
+            for (Eigen::Index j = 0; j < e; j += 64 / sizeof(T)) {
+              __builtin_prefetch(alpha[m] + p1 * H + j, 0, 3);
+              __builtin_prefetch(Dm[m] + p1 * H + j, 0, 3);
+              __builtin_prefetch(logits[m] + p1 * H + j, 0, 3);
+            }
+          const Eigen::Index rows = p1 - p0;
+          if (first && last)
+            add_paths<T, true, true>(dS, dO, qg[m], al, zr_of(m), S, c_rms, rows, d, K, H, ahead);
+          else if (first)
+            add_paths<T, true, false>(dS, dO, qg[m], al, zr_of(m), S, c_rms, rows, d, K, H, ahead);
+          else if (last)
+            add_paths<T, false, true>(dS, dO, qg[m], al, zr_of(m), S, c_rms, rows, d, K, H, ahead);
+          else
+            add_paths<T, false, false>(dS, dO, qg[m], al, zr_of(m), S, c_rms, rows, d, K, H, ahead);
+        }
       }
       // Pass 2, site by site, S_i's rows from cache: this block's dq, dg partial for site s,
       //   partial_s[c] += Σ_p dzr[p][h(c)] · S_i[p, c]   (from (2); × g or q at the end)

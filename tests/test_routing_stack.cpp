@@ -235,10 +235,12 @@ TEST_CASE("routing version 3 matches the reference site by site in double and fl
   // One site; H = 1 and H = d; odd P; d not a multiple of 8; P over several blocks with a
   // partial last one (kRoutingBlock = 32); the default model's 9 sites at d 128, H 4; and 25
   // sites at d 520 (K 65, a scalar tail per head), where R = 256 KB / (3 · d · sizeof) rows
-  // makes sub-blocks of fewer than 32 rows in double (21 rows, P 45 = 21 + 21 + 3).
+  // makes sub-blocks of fewer than 32 rows in double (21 rows, P 45 = 21 + 21 + 3). Heads of
+  // K = 8, 16 and 32 take the row-by-row pass (source_row), the others the site-by-site one.
   const Case cs =
       GENERATE(Case{1, 5, 8, 2}, Case{3, 7, 10, 1}, Case{4, 6, 6, 6}, Case{5, 77, 16, 4},
-               Case{9, 101, 128, 4}, Case{2, 64, 64, 64}, Case{25, 45, 520, 8});
+               Case{9, 101, 128, 4}, Case{2, 64, 64, 64}, Case{25, 45, 520, 8},
+               Case{6, 70, 16, 2}, Case{7, 45, 48, 3}, Case{25, 9, 256, 8});
   CAPTURE(cs.n, cs.P, cs.d, cs.H);
   const Stack<double> st = draw(cs.n, cs.P, cs.d, cs.H, 5000 + cs.n * 13 + cs.P * 7 + cs.d);
   const Grads<double> truth = site_by_site(st, false);
@@ -281,7 +283,9 @@ TEST_CASE("routing version 4 matches the reference site by site in double and fl
 
 TEST_CASE("op gradient, routing version 3 over a stack of sites", "[routing][stack][grad]") {
   // loss = Σ_s Σ out_s ⊙ W_s, so ∂loss/∂out_s = W_s; every source, q_s and g_s is checked.
-  const Case cs = GENERATE(Case{4, 5, 12, 4}, Case{3, 37, 8, 2}, Case{5, 3, 6, 6});
+  // Heads of K = 3, 4, 1 (site by site) and 8, 16, 32 (row by row).
+  const Case cs = GENERATE(Case{4, 5, 12, 4}, Case{3, 37, 8, 2}, Case{5, 3, 6, 6},
+                           Case{3, 6, 16, 2}, Case{4, 5, 32, 2}, Case{3, 4, 64, 2});
   CAPTURE(cs.n, cs.P, cs.d, cs.H);
   Stack<double> st = draw(cs.n, cs.P, cs.d, cs.H, 900 + cs.n + cs.P);
   auto loss = [&] {
