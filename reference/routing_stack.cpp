@@ -320,7 +320,7 @@ template <typename T, int kVectors>
       const T* o = x.dout[m] + p * d + c0;
       Lanes<T> ov[kVectors];  // dout's head, read once for both uses
       for (int j = 0; j < kVectors; ++j) ov[j] = In<T>(o + j * kLanes);
-      // a, in two chains of multiply-adds when K allows (each waits half as long)
+      // (4) a = Σ_{c∈h} dout[c] · S_i[c], in two chains of multiply-adds when K allows
       Lanes<T> v = ov[0].cwiseProduct(s[0]);
       if constexpr (kVectors > 1) {
         Lanes<T> v2 = ov[1].cwiseProduct(s[1]);
@@ -331,10 +331,11 @@ template <typename T, int kVectors>
         v += v2;
       }
       const T al = x.alpha[m][e];
-      const T dz = al * (v.sum() - x.D[m][e]);
-      const T dzr = r * dz;
+      const T dz = al * (v.sum() - x.D[m][e]);  // (3) dz = α_i[h] · (a − D[h])
+      const T dzr = r * dz;                     // (2) dzr = r_i · dz
       x.zr[m * x.stride + h] = dzr;
-      dz_z += dz * x.logits[m][e];
+      dz_z += dz * x.logits[m][e];  // (1) the RMS path's Σ_s Σ_h dz · z_i[h]
+      // the value and key paths: dS_i[c] += α_i[h] · dout[c] + dzr · (q ⊙ g)_s[c]
       const T* u = x.qg[m] + c0;
       for (int j = 0; j < kVectors; ++j) {
         acc[j] += al * ov[j];
@@ -343,6 +344,7 @@ template <typename T, int kVectors>
     }
     for (int j = 0; j < kVectors; ++j) Out<T>(dS + c0 + j * kLanes) = acc[j];
   }
+  // (1) dS_i[c] −= coef · S_i[c],  coef = (r_i² / d) · Σ_s Σ_h dz · z_i[h]
   const T coef = r * r * dz_z * inv_d;
   for (Eigen::Index c = 0; c < d; c += kLanes) Out<T>(dS + c) -= coef * In<T>(S + c);
 }
