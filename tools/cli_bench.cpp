@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <memory>
@@ -112,6 +113,12 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+/// The value a fraction q of the way through v once sorted (nearest rank; v not empty).
+double quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<std::size_t>(std::lround(q * static_cast<double>(v.size() - 1)))];
+}
+
 }  // namespace
 
 Subcommand register_check(CLI::App& app) {
@@ -203,6 +210,18 @@ std::vector<double> print_step_table(const std::vector<Config>& configs,
     fmt::print("{:<10} {:>4} {:>12.2f} {:>12.0f} {:>13.3f}×\n", labels[k],
                c.mode == Mode::Residual ? std::string("-") : std::to_string(c.route_heads()),
                s * 1e3, batch * c.T / s, s / residual);
+  }
+  // Each round's own ratio (the mode's step over residual's, timed one after the other): a slow
+  // stretch of the machine hits both, so the spread of these says how far the table's ratio of
+  // medians can be trusted. The lines start with "round" so that tools reading the table's rows
+  // by their first word ("mhar") never take them for one.
+  for (std::size_t k = 1; k < runs.size(); ++k) {
+    std::vector<double> ratios;
+    for (int r = 0; r < repeats; ++r) ratios.push_back(times[k][r] / times[0][r]);
+    fmt::print(
+        "round by round, {} ÷ residual: median {:.3f}×, middle half {:.3f}×–{:.3f}× ({} "
+        "rounds)\n",
+        labels[k], median(ratios), quantile(ratios, 0.25), quantile(ratios, 0.75), repeats);
   }
   return medians;
 }

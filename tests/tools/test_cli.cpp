@@ -597,6 +597,9 @@ TEST_CASE("bench step --device cpu times each mode and what routing at copy spee
   CHECK_THAT(r.out, Contains(fmt::format("mhar's routing moves {:.1f} MB a step",
                                          mhar::toy::cpu_step_routing_bytes(1, 16, 16, 2) / 1e6)));
   CHECK_THAT(r.out, Contains("a 64 MiB copy ran at"));
+  // Each routed mode's ratio round by round, on a line no reader of the rows mistakes for one.
+  for (const std::string mode : {"attnres", "mhar"})
+    CHECK_THAT(r.out, Contains("\nround by round, " + mode + " ÷ residual: median "));
 }
 
 TEST_CASE(
