@@ -260,34 +260,29 @@ namespace {
 /// site's dout (4 was the fastest of 2, 4, 6, 8, 12 inside the training step).
 constexpr Eigen::Index kBackAhead = 4;
 
-/// The arrays of source i's row p at every site that reads S_i (m = 0 … M − 1, site n − 1 − m),
-/// and where the row's dzr go (zr + m · stride + h).
+/// One reading site's arrays, as source i's backward uses them (m = 0 … M − 1 is site
+/// s = n − 1 − m).
 template <typename T>
-struct SiteRows {
-  const T* const* dout;    ///< P × d each: ∂loss/∂out_s
-  const T* const* qg;      ///< 1 × d each: (q ⊙ g)_s
-  const T* const* alpha;   ///< P × H each: the forward's α_i at site s
-  const T* const* D;       ///< P × H each: Σ_{c∈h} dout_s ⊙ out_s
-  const T* const* logits;  ///< P × H each: z_i at site s
-  int M;
-  T* zr;
-  Eigen::Index stride;
+struct SiteArrays {
+  const T* dout;    ///< P × d: ∂loss/∂out_s
+  const T* qg;      ///< 1 × d: (q ⊙ g)_s
+  const T* alpha;   ///< P × H: the forward's α_i at site s
+  const T* D;       ///< P × H: Σ_{c∈h} dout_s ⊙ out_s
+  const T* logits;  ///< P × H: z_i at site s
+  T* partial;       ///< blocks × d: the site's dq, dg partial sums, one row a block
 };
 
-/// Asks the cache for site m's values of head h in row `ahead` rows on (a hint only; 0: none):
-/// dout's head, and with the first head the row's α, D and z.
+/// Asks the cache for row q of every reading site's dout, α, D and z (a hint only: no result
+/// depends on it; q inside [0, P)).
 template <typename T>
-[[gnu::always_inline]] inline void ask_ahead(const SiteRows<T>& x, int m, Eigen::Index p, int h,
-                                             Eigen::Index ahead, Eigen::Index d, Eigen::Index K,
-                                             int H) {
-  if (!ahead) return;
-  const T* o = x.dout[m] + (p + ahead) * d + h * K;
-  for (Eigen::Index c = 0; c < K; c += 64 / sizeof(T)) __builtin_prefetch(o + c, 0, 3);
-  if (h == 0) {
-    const Eigen::Index e = (p + ahead) * H;
-    __builtin_prefetch(x.alpha[m] + e, 0, 3);
-    __builtin_prefetch(x.D[m] + e, 0, 3);
-    __builtin_prefetch(x.logits[m] + e, 0, 3);
+[[gnu::always_inline]] inline void ask_for_row(const SiteArrays<T>* site, int M, Eigen::Index q,
+                                               Eigen::Index d, int H) {
+  for (int m = 0; m < M; ++m) {
+    const T* o = site[m].dout + q * d;
+    for (Eigen::Index c = 0; c < d; c += 64 / sizeof(T)) __builtin_prefetch(o + c, 0, 3);
+    __builtin_prefetch(site[m].alpha + q * H, 0, 3);
+    __builtin_prefetch(site[m].D + q * H, 0, 3);
+    __builtin_prefetch(site[m].logits + q * H, 0, 3);
   }
 }
 
@@ -296,28 +291,29 @@ template <typename T>
  * through every site that reads S_i, head by head, with the head's S_i and dS_i in registers
  * across the sites. For site s and head h, from one read of dout_s's head:
  *   from (4): a = Σ_{c∈h} dout[c] · S_i[c];   from (3): dz = α_i[h] · (a − D[h]);
- *   from (2): dzr = r_i · dz (kept at zr for the dq, dg partials of pass 2);
+ *   from (2): dzr = r_i · dz (kept at zr[m · zr_stride + h] for the dq, dg partials of pass 2);
  *   the value and key paths: dS_i[c] += α_i[h] · dout[c] + dzr · (q ⊙ g)_s[c];
  *   and Σ_s Σ_h dz · z_i[h] for the RMS path (from (1)), whose coefficient is summed over the
  *   sites and heads: coef = (r_i² / d) · Σ_s Σ_h dz · z_i[h]; then dS_i[c] −= coef · S_i[c].
- * `ahead`: rows on to ask the cache for (0 near the end).
  */
 template <typename T, int kVectors>
 [[gnu::always_inline]] inline void source_row_fixed(T* dS, const T* S, T r, Eigen::Index p,
-                                                    Eigen::Index d, int H, const SiteRows<T>& x,
-                                                    T inv_d, Eigen::Index ahead) {
+                                                    Eigen::Index d, int H,
+                                                    const SiteArrays<T>* site, int M, T* zr,
+                                                    Eigen::Index zr_stride, T inv_d) {
   constexpr Eigen::Index K = kVectors * kLanes;
   T dz_z = 0;  // Σ_s Σ_h dz · z_i[h]
   for (int h = 0; h < H; ++h) {
-    const Eigen::Index c0 = h * K, e = p * H + h;
+    const Eigen::Index c0 = h * K, row = p * d + c0, e = p * H + h;
     Lanes<T> s[kVectors], acc[kVectors];  // the head of S_i's row, and of dS_i's
     for (int j = 0; j < kVectors; ++j) {
       s[j] = In<T>(S + c0 + j * kLanes);
       acc[j].setZero();
     }
-    for (int m = 0; m < x.M; ++m) {
-      ask_ahead(x, m, p, h, ahead, d, K, H);
-      const T* o = x.dout[m] + p * d + c0;
+    T* z = zr + h;
+    for (int m = 0; m < M; ++m, z += zr_stride) {
+      const SiteArrays<T>& x = site[m];
+      const T* o = x.dout + row;
       Lanes<T> ov[kVectors];  // dout's head, read once for both uses
       for (int j = 0; j < kVectors; ++j) ov[j] = In<T>(o + j * kLanes);
       // (4) a = Σ_{c∈h} dout[c] · S_i[c], in two chains of multiply-adds when K allows
@@ -330,13 +326,13 @@ template <typename T, int kVectors>
         }
         v += v2;
       }
-      const T al = x.alpha[m][e];
-      const T dz = al * (v.sum() - x.D[m][e]);  // (3) dz = α_i[h] · (a − D[h])
-      const T dzr = r * dz;                     // (2) dzr = r_i · dz
-      x.zr[m * x.stride + h] = dzr;
-      dz_z += dz * x.logits[m][e];  // (1) the RMS path's Σ_s Σ_h dz · z_i[h]
+      const T al = x.alpha[e];
+      const T dz = al * (v.sum() - x.D[e]);  // (3) dz = α_i[h] · (a − D[h])
+      const T dzr = r * dz;                  // (2) dzr = r_i · dz
+      *z = dzr;
+      dz_z += dz * x.logits[e];  // (1) the RMS path's Σ_s Σ_h dz · z_i[h]
       // the value and key paths: dS_i[c] += α_i[h] · dout[c] + dzr · (q ⊙ g)_s[c]
-      const T* u = x.qg[m] + c0;
+      const T* u = x.qg + c0;
       for (int j = 0; j < kVectors; ++j) {
         acc[j] += al * ov[j];
         acc[j] += dzr * In<T>(u + j * kLanes);
@@ -357,10 +353,11 @@ constexpr bool row_by_row(Eigen::Index K) {
 /// source_row_fixed for K (row_by_row(K) must hold).
 template <typename T>
 void source_row(T* dS, const T* S, T r, Eigen::Index p, Eigen::Index d, Eigen::Index K, int H,
-                const SiteRows<T>& x, T inv_d, Eigen::Index ahead) {
-  if (K == kLanes) return source_row_fixed<T, 1>(dS, S, r, p, d, H, x, inv_d, ahead);
-  if (K == 2 * kLanes) return source_row_fixed<T, 2>(dS, S, r, p, d, H, x, inv_d, ahead);
-  return source_row_fixed<T, 4>(dS, S, r, p, d, H, x, inv_d, ahead);
+                const SiteArrays<T>* site, int M, T* zr, Eigen::Index zr_stride, T inv_d) {
+  if (K == kLanes) return source_row_fixed<T, 1>(dS, S, r, p, d, H, site, M, zr, zr_stride, inv_d);
+  if (K == 2 * kLanes)
+    return source_row_fixed<T, 2>(dS, S, r, p, d, H, site, M, zr, zr_stride, inv_d);
+  return source_row_fixed<T, 4>(dS, S, r, p, d, H, site, M, zr, zr_stride, inv_d);
 }
 
 /// One site's value and key paths for one row of dS_i (d = H·K values):
@@ -489,17 +486,16 @@ void RoutingStackBackward<T>::source_gradient(int i, Mat<T>& dsource) {
   dsource.resize(P, d);
   // r_i depends on S_i alone, so every site saved the same r_i: take site i's.
   const T* r_i = sites_[i].saved->rinv[i].data();
-  // Each site's arrays, in the order m = 0 … M − 1 (site s = n − 1 − m).
-  std::vector<const T*> dout(M), qg(M), alpha(M), logits(M), Dm(M);
-  std::vector<T*> partial(M);
+  // Each reading site's arrays, in the order m = 0 … M − 1 (site s = n − 1 − m).
+  std::vector<SiteArrays<T>> reading(M);
   for (int m = 0; m < M; ++m) {
     Site& site = sites_[n - 1 - m];
-    dout[m] = site.dout->data();
-    qg[m] = site.qg.data();
-    alpha[m] = site.saved->alpha[i].data();
-    logits[m] = site.saved->logits[i].data();
-    Dm[m] = site.D.data();
-    partial[m] = site.partial.data();
+    reading[m] = {site.dout->data(),
+                  site.qg.data(),
+                  site.saved->alpha[i].data(),
+                  site.D.data(),
+                  site.saved->logits[i].data(),
+                  site.partial.data()};
   }
   // Rows of a sub-block: R rows of S_i, of dS_i and of each site's dout in about 256 KB of cache.
   const Eigen::Index R = sub_block_rows(static_cast<std::size_t>(M) + 2, d, P, sizeof(T));
@@ -523,14 +519,12 @@ void RoutingStackBackward<T>::source_gradient(int i, Mat<T>& dsource) {
       // Pass 1: dS_i's rows of the sub-block, and each site's dzr for them (for pass 2).
       if (row_by_row(K)) {
         // Heads of 8, 16 or 32 values: row by row (source_row), every site's dout_s row read
-        // once, and each site's row kBackAhead on asked for meanwhile.
-        const SiteRows<T> x{dout.data(), qg.data(), alpha.data(), Dm.data(), logits.data(), M,
-                            nullptr, static_cast<Eigen::Index>(entries)};
+        // once, and each site's row kBackAhead on asked for meanwhile (near the end, the last
+        // row again: a hint only). Row p's dzr of site m go to zr_of(m) + (p − p0) · H.
         for (Eigen::Index p = p0; p < p1; ++p) {
-          SiteRows<T> xp = x;
-          xp.zr = w + (p - p0) * H;  // this row's dzr of site m at xp.zr + m · entries + h
-          source_row(dsource.data() + p * d, Si.data() + p * d, r_i[p], p, d, K, H, xp, inv_d,
-                     p + kBackAhead < P ? kBackAhead : 0);
+          ask_for_row(reading.data(), M, std::min(p + kBackAhead, P - 1), d, H);
+          source_row(dsource.data() + p * d, Si.data() + p * d, r_i[p], p, d, K, H, reading.data(),
+                     M, w + (p - p0) * H, static_cast<Eigen::Index>(entries), inv_d);
         }
       } else {
         // Wider heads: site by site (each site's R rows of dout: one stream from memory). (a)
@@ -547,17 +541,18 @@ void RoutingStackBackward<T>::source_gradient(int i, Mat<T>& dsource) {
         for (Eigen::Index k = 0; k < p1 - p0; ++k) r_of.segment(k * H, H).setConstant(r_i[p0 + k]);
         dz_z.setZero();
         for (int m = 0; m < M; ++m) {
+          const SiteArrays<T>& site = reading[m];
           // a_i for the e entries: per row one vector of partial sums a head, then the horizontal
           // sums eight at a time
           for (Eigen::Index p = p0; p < p1; ++p)
-            head_vectors(Si.data() + p * d, dout[m] + p * d, K, H, vec + (p - p0) * H * kLanes,
+            head_vectors(Si.data() + p * d, site.dout + p * d, K, H, vec + (p - p0) * H * kLanes,
                          tail + (p - p0) * H);
           lane_sums(vec, tail, e, a);
           // elementwise over the entries:
           auto entries_of = [&](const T* x) { return Eigen::Map<const Arr>(x + p0 * H, e); };
-          dz = entries_of(alpha[m]) * (dz - entries_of(Dm[m]));  // dz_i = α_i ⊙ (a_i − D)
-          Eigen::Map<Arr>(zr_of(m), e) = r_of * dz;              // dzr = r_i · dz_i
-          dz_z += dz * entries_of(logits[m]);                     // Σ_s dz_i · z_i, the RMS path
+          dz = entries_of(site.alpha) * (dz - entries_of(site.D));  // dz_i = α_i ⊙ (a_i − D)
+          Eigen::Map<Arr>(zr_of(m), e) = r_of * dz;                 // dzr = r_i · dz_i
+          dz_z += dz * entries_of(site.logits);                     // Σ_s dz_i · z_i, the RMS path
           // (b) From cache (just read): the value and key paths,
           //   dS_i += α_i[h(c)] · dout_s + dzr[h(c)] · (q ⊙ g)_s   (the first site writes)
           // and, with the last site, the RMS path summed over the sites (from (1)):
@@ -572,31 +567,35 @@ void RoutingStackBackward<T>::source_gradient(int i, Mat<T>& dsource) {
               c_rms[k] = r_of[k * H] * r_of[k * H] * t * inv_d;
             }
           T* dS = dsource.data() + p0 * d;
-          const T* dO = dout[m] + p0 * d;
+          const T* dO = site.dout + p0 * d;
           const T* S = Si.data() + p0 * d;
-          const T* al = alpha[m] + p0 * H;
+          const T* al = site.alpha + p0 * H;
           const Eigen::Index ahead = p1 + R <= P ? R * d : 0;  // the next sub-block's rows
           if (ahead)  // and its entries of α, D and z (hints only)
             for (Eigen::Index j = 0; j < e; j += 64 / sizeof(T)) {
-              __builtin_prefetch(alpha[m] + p1 * H + j, 0, 3);
-              __builtin_prefetch(Dm[m] + p1 * H + j, 0, 3);
-              __builtin_prefetch(logits[m] + p1 * H + j, 0, 3);
+              __builtin_prefetch(site.alpha + p1 * H + j, 0, 3);
+              __builtin_prefetch(site.D + p1 * H + j, 0, 3);
+              __builtin_prefetch(site.logits + p1 * H + j, 0, 3);
             }
           const Eigen::Index rows = p1 - p0;
           if (first && last)
-            add_paths<T, true, true>(dS, dO, qg[m], al, zr_of(m), S, c_rms, rows, d, K, H, ahead);
+            add_paths<T, true, true>(dS, dO, site.qg, al, zr_of(m), S, c_rms, rows, d, K, H,
+                                     ahead);
           else if (first)
-            add_paths<T, true, false>(dS, dO, qg[m], al, zr_of(m), S, c_rms, rows, d, K, H, ahead);
+            add_paths<T, true, false>(dS, dO, site.qg, al, zr_of(m), S, c_rms, rows, d, K, H,
+                                      ahead);
           else if (last)
-            add_paths<T, false, true>(dS, dO, qg[m], al, zr_of(m), S, c_rms, rows, d, K, H, ahead);
+            add_paths<T, false, true>(dS, dO, site.qg, al, zr_of(m), S, c_rms, rows, d, K, H,
+                                      ahead);
           else
-            add_paths<T, false, false>(dS, dO, qg[m], al, zr_of(m), S, c_rms, rows, d, K, H, ahead);
+            add_paths<T, false, false>(dS, dO, site.qg, al, zr_of(m), S, c_rms, rows, d, K, H,
+                                       ahead);
         }
       }
       // Pass 2, site by site, S_i's rows from cache: this block's dq, dg partial for site s,
       //   partial_s[c] += Σ_p dzr[p][h(c)] · S_i[p, c]   (from (2); × g or q at the end)
       for (int m = 0; m < M; ++m) {
-        T* A = partial[m] + b * d;
+        T* A = reading[m].partial + b * d;
         const T* zr = zr_of(m);
         for (int h = 0; h < H; ++h) {
           Eigen::Index c = h * K;

@@ -18,9 +18,9 @@
  * rows, and that site's terms added into dS_i's rows while dout_s's rows are still in cache;
  * then each site's dq, dg partial sums. S_i's and dS_i's rows stay in cache across the sites;
  * only dout_s comes from memory: one row a pair instead of three. With heads of 8, 16 or 32
- * values it goes row by row instead: per row and head, every site's dout_s read once, dS_i's head summed
- * over the sites in registers and written once, and each site's row a few rows on asked for
- * from memory meanwhile (routing_stack.cpp).
+ * values it goes row by row instead: per row and head, every site's dout_s read once, dS_i's
+ * head summed over the sites in registers and written once, and each site's row a few rows on
+ * asked for from memory meanwhile (routing_stack.cpp).
  *
  * The formulas are version 1's (docs/design.md §1, backward; routing_stack.cpp numbers them as
  * routing.cpp does). The sums over sites and positions run in another order than in versions 1
