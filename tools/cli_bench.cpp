@@ -108,15 +108,15 @@ struct GpuStepBench {
 };
 #endif
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 /// The value a fraction q of the way through v once sorted (nearest rank; v not empty).
 double quantile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
   return v[static_cast<std::size_t>(std::lround(q * static_cast<double>(v.size() - 1)))];
+}
+
+/// The middle value (the upper of the two middle ones for an even count).
+double median(std::vector<double> v) {
+  return quantile(std::move(v), 0.5);
 }
 
 }  // namespace
