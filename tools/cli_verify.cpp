@@ -16,6 +16,7 @@ namespace mhar::toy {
 Subcommand register_verify(CLI::App& app) {
   struct Opts {
     mhar::verify::VerifyOptions v;
+    std::string serves = "all", convention = "exact";
     bool json = false;
   };
   auto o = std::make_shared<Opts>();
@@ -31,9 +32,21 @@ Subcommand register_verify(CLI::App& app) {
                   "a second run's results: every tensor must have the same bits (determinism)");
   cmd->add_flag("--forward-only", o->v.forward_only,
                 "a forward-only candidate: grade out and alpha, leave the gradients unchecked");
+  cmd->add_option("--serves", o->serves,
+                  "the cases the candidate serves: all, or h1 (single-head kernels: only the H = 1 "
+                  "cases are graded, and COMPLETE means every one of them)")
+      ->check(CLI::IsMember({"all", "h1"}))
+      ->capture_default_str();
+  cmd->add_option("--convention", o->convention,
+                  "the rounding convention the yardstick follows: exact, or hf-rmsnorm (the "
+                  "normalised key rounded to the storage dtype before the gain)")
+      ->check(CLI::IsMember({"exact", "hf-rmsnorm"}))
+      ->capture_default_str();
   cmd->add_flag("--json", o->json, "print one JSON object instead of the table");
   return {cmd, [o]() -> int {
             mhar::verify::VerifyReport r;
+            o->v.serves = mhar::verify::parse_scope(o->serves);
+            o->v.convention = mhar::verify::parse_convention(o->convention);
             try {
               r = mhar::verify::verify_results(o->v);
             } catch (const mhar::verify::CaseError& e) {

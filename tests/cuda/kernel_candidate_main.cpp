@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
       const test::AdapterRun run = test::run_kernel_candidate(argv[1], argv[2], v);
       std::printf("%s: wrote results for %d cases to %s\n", want.c_str(), run.served, argv[2]);
       for (const auto& [file, why] : run.not_served)
-        std::printf("  not served (verify reports it missing): %s: %s\n", file.c_str(),
+        std::printf("  not served (verify reports it declined): %s: %s\n", file.c_str(),
                     why.c_str());
       return 0;
     } catch (const std::exception& e) {

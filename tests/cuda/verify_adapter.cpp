@@ -9,8 +9,10 @@
 
 #include "cases.h"
 #include "cuda/device.h"
+#include "file_util.h"
 #include "routing.h"
 #include "safetensors.h"
+#include "verify.h"
 
 namespace mhar::cuda::test {
 
@@ -60,10 +62,13 @@ AdapterRun run_kernel_candidate(const std::string& cases, const std::string& res
   AdapterRun run;
   for (const verify::ManifestEntry& e : verify::load_manifest(cases).cases) {
     const verify::Case c = verify::load_case((fs::path(cases) / e.file).string());
+    const fs::path marker = fs::path(results) / verify::decline_marker_name(e.file);
     if (const std::string why = refusal(c, k); !why.empty()) {
       run.not_served.emplace_back(e.file, why);
+      io::write_text_file_atomic(marker.string(), why + "\n");  // verify: "declined"
       continue;
     }
+    fs::remove(marker);
     const int N = c.in.N, P = c.in.P, d = c.in.d, H = c.spec.H;
     const float s = static_cast<float>(c.spec.scale);
     std::vector<float> q = to_float(c.in.q);
@@ -78,6 +83,7 @@ AdapterRun run_kernel_candidate(const std::string& cases, const std::string& res
     k.forward(mix.data(), alpha.data(), dS.data(), dq_.data(), dg_.data(), N, P, d, H);
     const std::vector<float> m = mix.download();
     io::SafeTensors st;
+    st.metadata["inputs"] = "float32";  // fp32 kernels: bf16/f16 inputs arrive upcast (exact)
     const int64_t n = N, p = P, w = d, h = H;
 
     std::vector<float> out = m;

@@ -11,7 +11,8 @@
  *                             gets dmix = gate·dout; dpartial = dout; dgate = Σ dout·mix
  *   bf16 / f16 inputs         exact as floats
  * A case it cannot serve (another eps, a scale that is not a power of two, a shape the version
- * does not support) gets no results file, so verify reports it as missing, never as a pass.
+ * does not support) gets a decline marker (verify.h decline_marker_name) instead of a results
+ * file, so verify reports it as declined, never as a pass.
  */
 #pragma once
 

@@ -10,10 +10,12 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <set>
 
 #include "../io/temp_dir.h"
 #include "cases.h"
+#include "half.h"
 #include "safetensors.h"
 #include "verify.h"
 
@@ -274,4 +276,164 @@ TEST_CASE("verify: a bf16 result is held to a bf16 standard", "[verify]") {
   }
   CHECK(bf16_fail == 0);
   CHECK(f32_fail > 20);
+}
+
+TEST_CASE("cases: every convention case has an H = 1 twin, in the quick and the full set",
+          "[verify]") {
+  for (const char* set : {"quick", "full"}) {
+    CAPTURE(set);
+    const std::vector<CaseSpec> v = case_set(set);
+    for (const CaseSpec& s : v) {
+      if (s.H == 1 || s.id == "hd") continue;  // hd's twin would be d = 12, H = 1: nothing new
+      CAPTURE(s.id);
+      const auto twin =
+          std::find_if(v.begin(), v.end(), [&](const CaseSpec& t) { return t.id == s.id + "-h1"; });
+      REQUIRE(twin != v.end());
+      CHECK(twin->H == 1);
+      CHECK((twin->N == s.N && twin->P == s.P && twin->eps == s.eps && twin->scale == s.scale));
+      CHECK((twin->gain == s.gain && twin->delta == s.delta && twin->gate == s.gate));
+      CHECK((twin->tiny_source == s.tiny_source && twin->null_source == s.null_source));
+    }
+  }
+  // The twins of K = 160 and of the peaked cases keep what makes them awkward.
+  for (const CaseSpec& s : case_set("full")) {
+    if (s.id == "k160-h1") CHECK(s.d == 160);
+    if (s.id == "peaked-h1" || s.id == "verypeaked-h1") {
+      const Case c = make_case(s, DType::F32, 5);
+      CHECK(*std::max_element(c.truth.alpha.begin(), c.truth.alpha.end()) > 0.99);
+    }
+  }
+}
+
+namespace {
+
+/// The quick cases in f32 and bf16, and the truth as every case's results.
+struct QuickRun {
+  TempDir dir;
+  std::string cases = dir.file(".") + "/cases", res = dir.file(".") + "/res";
+  QuickRun() {
+    write_cases(cases, "quick", {DType::F32, DType::BF16}, 0);
+    write_results(cases, res, "F64");
+  }
+  VerifyReport verify(Scope serves, Convention conv = Convention::Exact) const {
+    VerifyOptions o{cases, res, "", false};
+    o.serves = serves;
+    o.convention = conv;
+    return verify_results(o);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("verify: --serves h1 grades every H = 1 case and no other, COMPLETE within it",
+          "[verify]") {
+  QuickRun run;
+  int h1 = 0, all = 0;
+  std::vector<std::string> others;
+  for (const ManifestEntry& e : load_manifest(run.cases).cases) {
+    ++all;
+    if (load_case(run.cases + "/" + e.file).spec.H == 1)
+      ++h1;
+    else
+      others.push_back(e.file);
+  }
+  REQUIRE(h1 >= 20);  // h1 and the ten twins, in f32 and bf16
+  for (const std::string& f : others) fs::remove(run.res + "/" + f);
+  const VerifyReport r = run.verify(Scope::H1);
+  CAPTURE(format_report(r));
+  CHECK(r.ok());
+  CHECK(r.complete());
+  CHECK(r.cases_in_scope == h1);
+  CHECK(r.cases_graded == h1);
+  CHECK(r.cases_out_of_scope == all - h1);
+  const std::string text = format_report(r);
+  CHECK(text.rfind("scope: h1 (single-head, --serves h1)", 0) == 0);
+  CHECK(text.find("COMPLETE within scope h1 (" + std::to_string(h1) + " of " +
+                  std::to_string(h1)) != std::string::npos);
+  // The same results, graded as a candidate of every case: the H > 1 cases are missing.
+  const VerifyReport r_all = run.verify(Scope::All);
+  CHECK_FALSE(r_all.ok());
+  CHECK(r_all.missing == all - h1);
+  // A missing H = 1 file is missing within the scope too.
+  fs::remove(run.res + "/02-h1.f32.safetensors");
+  const VerifyReport r2 = run.verify(Scope::H1);
+  CHECK_FALSE(r2.ok());
+  CHECK(row(r2, "02-h1.f32", "(case)")->verdict == "missing");
+  CHECK(format_report(r2).find("INCOMPLETE within scope h1") != std::string::npos);
+}
+
+TEST_CASE("verify: a declined case is declined, not missing, and not a pass", "[verify]") {
+  QuickRun run;
+  fs::remove(run.res + "/03-hd.f32.safetensors");
+  std::ofstream(run.res + "/03-hd.f32.declined") << "H = d = 12: not served\n";
+  const VerifyReport r = run.verify(Scope::All);
+  CHECK(r.declined == 1);
+  CHECK(r.missing == 0);
+  CHECK(r.fail == 0);
+  CHECK_FALSE(r.ok());
+  CHECK(row(r, "03-hd.f32", "(case)")->verdict == "declined");
+  CHECK(row(r, "03-hd.f32", "(case)")->note == "declined by the candidate: H = d = 12: not served");
+  CHECK(format_report(r).find("1 declined") != std::string::npos);
+  // A decline marker beside a results file is a contradiction: it fails.
+  write_results(run.cases, run.res, "F64");
+  const VerifyReport r2 = run.verify(Scope::All);
+  CHECK(r2.fail == 1);
+  CHECK(row(r2, "03-hd.f32", "(case)")->note.find("decline marker") != std::string::npos);
+  CHECK(decline_marker_name("03-hd.f32.safetensors") == "03-hd.f32.declined");
+}
+
+TEST_CASE("verify: results computed with another eps fail, and the hint names eps", "[verify]") {
+  QuickRun run;
+  write_results(run.cases, run.res, "F64", [](const Case& c, mhar::io::SafeTensors& st) {
+    Conventions conv = c.conventions();
+    conv.eps = std::numeric_limits<float>::epsilon();
+    Case alt = c;
+    alt.truth = general_routing(c.in, conv);
+    for (auto& [name, t] : st.tensors) {
+      const std::vector<double> v = alt.truth_of(name);
+      t = mhar::io::Tensor::from_f64(c.shape_of(name), v.data());
+    }
+  });
+  const VerifyReport r = run.verify(Scope::All);
+  CHECK_FALSE(r.ok());
+  const VerifyRow* hint = row(r, "11-eps.f32", "(hint)");
+  REQUIRE(hint);
+  CHECK(hint->note.find("eps = 1.19e-07 (float32's machine epsilon) instead of the case's eps = "
+                        "0.01") != std::string::npos);
+  CHECK(row(r, "11-eps.f32", "alpha")->ratio > 100);
+}
+
+TEST_CASE("verify: under --convention hf-rmsnorm the yardstick rounds the key like hf-rmsnorm",
+          "[verify]") {
+  QuickRun run;
+  // Results: the float reference with the normalised key rounded to bf16, outputs in bf16.
+  write_results(run.cases, run.res, "F64", [](const Case& c, mhar::io::SafeTensors& st) {
+    if (c.dtype != DType::BF16) return;
+    Conventions conv = c.conventions();
+    conv.round_key = mhar::io::round_to_bf16;
+    const RoutingOutputs<float> f = general_routing(to_float(c.in), conv);
+    Case got = c;
+    const auto wide = [](const std::vector<float>& v) {
+      return std::vector<double>(v.begin(), v.end());
+    };
+    got.truth = {wide(f.out), wide(f.alpha),    wide(f.dsources), wide(f.dq),
+                 wide(f.dg),  wide(f.dpartial), f.dgate};
+    for (auto& [name, t] : st.tensors) {
+      const std::vector<double> v = got.truth_of(name);
+      const std::vector<float> fv(v.begin(), v.end());
+      t = mhar::io::Tensor::from_bf16(c.shape_of(name), fv.data());
+    }
+  });
+  const VerifyReport hf = run.verify(Scope::All, Convention::HfRmsnorm);
+  CAPTURE(format_report(hf));
+  CHECK(hf.ok());
+  // Its own rounding is its yardstick: each bf16 row sits at a ratio of about 1/k.
+  CHECK(hf.worst.ratio < 0.2);
+  CHECK(hf.worst_exact.ratio > hf.worst.ratio);
+  for (const VerifyRow& x : hf.rows)
+    if (x.verdict == "pass") CHECK(!std::isnan(x.ratio_exact));
+  CHECK(format_report(hf).find("precision cost of hf-rmsnorm: worst ratio") != std::string::npos);
+  const Case peaked = load_case(run.cases + "/09-peaked.bf16.safetensors");
+  CHECK(yardsticks(peaked, Convention::HfRmsnorm).at("dq") > peaked.yardstick.at("dq"));
+  CHECK(yardsticks(peaked, Convention::Exact) == peaked.yardstick);
 }

@@ -11,6 +11,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "file_util.h"
@@ -62,6 +63,16 @@ float round_to(DType t, float x) {
   return x;
 }
 
+std::string convention_name(Convention c) {
+  return c == Convention::HfRmsnorm ? "hf-rmsnorm" : "exact";
+}
+
+Convention parse_convention(const std::string& name) {
+  if (name == "exact") return Convention::Exact;
+  if (name == "hf-rmsnorm") return Convention::HfRmsnorm;
+  throw std::invalid_argument("unknown convention '" + name + "' (allowed: exact, hf-rmsnorm)");
+}
+
 namespace {
 
 CaseSpec spec(std::string id, std::string why, int N, int P, int d, int H) {
@@ -73,6 +84,33 @@ CaseSpec spec(std::string id, std::string why, int N, int P, int d, int H) {
   s.d = d;
   s.H = H;
   return s;
+}
+
+/// The H = 1 twin of a case: the same conventions (eps, tiny or null source, scale, gain, delta,
+/// gate) and N and P, with one head over d_twin columns, so that a single-head kernel
+/// (Attention Residuals) is graded on every convention too. q's spread is scaled by
+/// sqrt(K / d_twin) so that the logits are as peaked as the original's.
+CaseSpec h1_twin(CaseSpec s, int d_twin = 0) {
+  const int K = s.d / s.H;
+  if (d_twin > 0) s.d = d_twin;
+  s.q_sd *= std::sqrt(static_cast<double>(K) / s.d);
+  s.H = 1;
+  s.id += "-h1";
+  s.why = "H = 1 twin: " + s.why;
+  return s;
+}
+
+/// The H = 1 twins of every case of v with H > 1 but those named in `skip`; `d_of` gives a twin
+/// another width (K160's twin keeps K = 160 by d = 160).
+std::vector<CaseSpec> h1_twins(const std::vector<CaseSpec>& v, const std::set<std::string>& skip,
+                               const std::map<std::string, int>& d_of = {}) {
+  std::vector<CaseSpec> t;
+  for (const CaseSpec& s : v) {
+    if (s.H == 1 || skip.count(s.id)) continue;
+    const auto it = d_of.find(s.id);
+    t.push_back(h1_twin(s, it == d_of.end() ? 0 : it->second));
+  }
+  return t;
 }
 
 /// Every convention and every awkward shape, small enough to run in seconds.
@@ -191,13 +229,22 @@ std::string num(double x) {
   return os.str();
 }
 
+/// The quick set's cases, then their H = 1 twins (hd's twin would be d = 12, H = 1: nothing new).
+std::vector<CaseSpec> quick_with_twins() {
+  std::vector<CaseSpec> v = quick_set();
+  for (const CaseSpec& s : h1_twins(v, {"hd"}, {{"k160", 160}})) v.push_back(s);
+  return v;
+}
+
 }  // namespace
 
 std::vector<CaseSpec> case_set(const std::string& set) {
-  if (set == "quick") return quick_set();
+  if (set == "quick") return quick_with_twins();
   if (set == "full") {
-    std::vector<CaseSpec> v = quick_set();
-    for (auto& s : more_set()) v.push_back(s);
+    std::vector<CaseSpec> v = quick_with_twins();
+    const std::vector<CaseSpec> more = more_set();
+    for (const CaseSpec& s : more) v.push_back(s);
+    for (const CaseSpec& s : h1_twins(more, {})) v.push_back(s);
     return v;
   }
   if (set == "paper") return paper_set();
@@ -305,11 +352,19 @@ Case make_case(const CaseSpec& s, DType dtype, std::uint64_t seed) {
     in.gate = static_cast<double>(round_to(dtype, static_cast<float>(s.gate)));
   }
   c.truth = general_routing(in, conv);
+  c.yardstick = yardsticks(c, Convention::Exact);
+  return c;
+}
 
-  // The yardstick: the same loops in float from the same inputs, each output rounded to the
-  // case's dtype (what a kernel that stores in that dtype must at least lose).
-  const RoutingInputs<float> f = to_float(in);
-  const RoutingOutputs<float> ref = general_routing(f, conv);
+std::map<std::string, double> yardsticks(const Case& c, Convention convention) {
+  // The same loops in float from the same inputs, each output rounded to the case's dtype (what a
+  // kernel that stores in that dtype must at least lose).
+  Conventions conv = c.conventions();
+  const DType dtype = c.dtype;
+  if (convention == Convention::HfRmsnorm && dtype == DType::BF16)
+    conv.round_key = io::round_to_bf16;
+  if (convention == Convention::HfRmsnorm && dtype == DType::F16) conv.round_key = io::round_to_f16;
+  const RoutingOutputs<float> ref = general_routing(to_float(c.in), conv);
   const auto widen = [&](const std::vector<float>& v) {
     std::vector<double> w(v.size());
     for (std::size_t k = 0; k < v.size(); ++k) w[k] = round_to(dtype, v[k]);
@@ -319,9 +374,10 @@ Case make_case(const CaseSpec& s, DType dtype, std::uint64_t seed) {
       {"out", widen(ref.out)},      {"alpha", widen(ref.alpha)}, {"dsources", widen(ref.dsources)},
       {"dq", widen(ref.dq)},        {"dg", widen(ref.dg)},       {"dpartial", widen(ref.dpartial)},
       {"dgate", widen({ref.dgate})}};
+  std::map<std::string, double> y;
   for (const std::string& name : all_outputs(conv))
-    c.yardstick[name] = relative_error(got.at(name), c.truth_of(name));
-  return c;
+    y[name] = relative_error(got.at(name), c.truth_of(name));
+  return y;
 }
 
 std::string case_file_name(int index, const CaseSpec& spec, DType dtype) {

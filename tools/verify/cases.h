@@ -62,6 +62,16 @@ inline double tolerance_floor(DType t) {
   return kFloorUlps * unit_roundoff(t);
 }
 
+/// A named rounding convention (docs/verify.md): `exact`, the intermediates of the conventions as
+/// written; `hf-rmsnorm`, the normalised key rounded to the storage dtype before the gain (Hugging
+/// Face's RMSNorm). Under a convention the yardstick comes from a float reference that rounds the
+/// same way; the truth stays the exact one.
+enum class Convention { Exact, HfRmsnorm };
+/// "exact", "hf-rmsnorm".
+std::string convention_name(Convention c);
+/// The convention named "exact" or "hf-rmsnorm"; throws std::invalid_argument otherwise.
+Convention parse_convention(const std::string& name);
+
 /// How a case is drawn. Sources are N(0, σ_i²) with σ_i = exp(N(0, 0.5²)); q is N(0, q_sd²);
 /// g is 1 + N(0, 0.2²); dout and partial N(0, 1).
 struct CaseSpec {
@@ -111,6 +121,11 @@ struct Case {
 
 /// Draws, rounds and solves a case (seed: the case's own seed).
 Case make_case(const CaseSpec& spec, DType dtype, std::uint64_t seed);
+
+/// The yardstick of every output of c under a convention: relative_error() of the reference
+/// computed in float from c's inputs (rounding its normalised key as `conv` says), each output
+/// rounded to c's dtype, against c's truth. make_case stores yardsticks(c, Convention::Exact).
+std::map<std::string, double> yardsticks(const Case& c, Convention conv);
 
 /// The file name of a case: `NN-ID.DTYPE.safetensors`, e.g. `01-n1.f32.safetensors`.
 std::string case_file_name(int index, const CaseSpec& spec, DType dtype);

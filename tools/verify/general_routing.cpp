@@ -54,6 +54,9 @@ RoutingOutputs<T> general_routing(const RoutingInputs<T>& in, const Conventions&
     return in.sources[(static_cast<std::size_t>(i) * P + p) * d + col];
   };
   const auto gain = [&](int col) -> T { return c.gain ? in.g[col] : T(1); };
+  const auto rounded_key = [&](T r, T s) -> T {
+    return static_cast<T>(c.round_key(static_cast<float>(r * s)));
+  };
 
   RoutingOutputs<T> o;
   o.out.assign(static_cast<std::size_t>(P) * d, T(0));
@@ -75,10 +78,18 @@ RoutingOutputs<T> general_routing(const RoutingInputs<T>& in, const Conventions&
     }
     for (int h = 0; h < H; ++h) {
       // (2) z_i[h] = scale · r_i · Σ_{c∈h} q_c g_c S_i[c]
+      //     (hf-rmsnorm: z_i[h] = scale · Σ_{c∈h} q_c g_c round(r_i S_i[c]))
       for (int i = 0; i < N; ++i) {
+        const T r = rinv[static_cast<std::size_t>(i) * P + p];
         T kq = 0;
+        if (c.round_key) {
+          for (int col = h * K; col < (h + 1) * K; ++col)
+            kq += in.q[col] * gain(col) * rounded_key(r, S(i, p, col));
+          z[i] = scale * kq;
+          continue;
+        }
         for (int col = h * K; col < (h + 1) * K; ++col) kq += in.q[col] * gain(col) * S(i, p, col);
-        z[i] = scale * rinv[static_cast<std::size_t>(i) * P + p] * kq;
+        z[i] = scale * r * kq;
       }
       // (3) α_i[h] = exp(z_i − m) / Σ_j exp(z_j − m), m = max_j z_j
       const T m = *std::max_element(z.begin(), z.end());
@@ -136,6 +147,12 @@ RoutingOutputs<T> general_routing(const RoutingInputs<T>& in, const Conventions&
           const T u = sdz * in.q[col] * gain(col);  // ∂loss/∂(r_i S_i[c])
           dS[col] += al * dm[col] + r * u;          // value path (4), key path (2)
           uS[i] += u * s;
+          if (c.round_key) {  // the key as (2) used it
+            const T key = rounded_key(r, s);
+            o.dq[col] += sdz * gain(col) * key;
+            if (c.gain) o.dg[col] += sdz * in.q[col] * key;
+            continue;
+          }
           o.dq[col] += sdz * gain(col) * r * s;
           if (c.gain) o.dg[col] += sdz * in.q[col] * r * s;
         }

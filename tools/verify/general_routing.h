@@ -31,6 +31,11 @@ struct Conventions {
   double scale = 1.0;  ///< multiplies every logit
   bool gain = true;    ///< a key gain g (else g = 1 and there is no dg)
   bool delta = false;  ///< out = partial + gate · mix (else out = mix)
+  /// A rounding convention (docs/verify.md, "Named rounding conventions"): when set, the
+  /// normalised key r_i·S_i[p,c] is passed through it before the gain, in (2) and in dq and dg,
+  /// as Hugging Face's RMSNorm rounds it to the storage dtype (hf-rmsnorm). Its derivative is
+  /// taken as 1, as autograd does through a cast. nullptr: the exact intermediates.
+  float (*round_key)(float) = nullptr;
 };
 
 /// The inputs, flat and row-major: sources N × P × d, q and g d (g empty without a gain),

@@ -100,10 +100,10 @@ int main(int argc, char** argv) {
     const mhar::verify::VerifyReport r = mhar::verify::verify_results(o);
     std::printf("%s", mhar::verify::format_report(r).c_str());
     for (const auto& [file, why] : run.not_served)
-      std::printf("not served (so missing above, and not a failure of your kernel): %s: %s\n",
+      std::printf("not served (so declined above, and not a failure of your kernel): %s: %s\n",
                   file.c_str(), why.c_str());
-    const bool ok =
-        r.fail == 0 && r.pass > 0 && r.missing == static_cast<int>(run.not_served.size());
+    const bool ok = r.fail == 0 && r.pass > 0 && r.missing == 0 &&
+                    r.declined == static_cast<int>(run.not_served.size());
     std::printf("lab 8 (%s kernel, %s): %s in %.1f s\n", LAB8_WHICH,
 #ifdef MHAR_CUDA_EMULATOR
                 "on the CPU emulator",
