@@ -5,6 +5,7 @@ for PyTorch functions. Protocol and conventions: docs/verify.md.
 
     /usr/bin/python3 python/mhar_verify.py --impl MODULE:FUNCTION --cases DIR [--results DIR]
         [--framework numpy|torch] [--backward MODULE:FUNCTION] [--forward-only] [--json]
+        [--serves all|h1] [--convention exact|hf-rmsnorm] [--input-dtype case|float32]
         [--repeat] [--toy PATH]
 
 The function (NumPy or PyTorch):
@@ -13,8 +14,10 @@ The function (NumPy or PyTorch):
     fn(sources, q, g, H, eps, scale, partial, gate)   -> the same, for delta cases
 
 sources [N, P, d], q [d], g [d] or None (a case without a key gain), partial [P, d], gate a
-0-d value; out [P, d]; alpha [N, P, H]. Arrays come as float32 (BF16/F16 case inputs are exact in
-float32), or with --input-dtype case in the case's own dtype where the framework has it.
+0-d value; out [P, d]; alpha [N, P, H]. By default (--input-dtype case) the arrays come in the
+case's own dtype where the framework has it (torch: float32, bfloat16, float16; NumPy: float32 and
+float16, and a bf16 case's values, exact, in float32 arrays: NumPy has no bfloat16);
+--input-dtype float32 upcasts every input to float32. The verdict line says which was used.
 The backward: for --framework torch, autograd (out.backward(dout)); for NumPy, a function given
 with --backward, or as the attribute fn.backward:
 
@@ -22,8 +25,13 @@ with --backward, or as the attribute fn.backward:
         "dsources", "dq", and "dg" (gain cases) or "dpartial" and "dgate" (delta cases)
 
 Without a backward the candidate is forward-only (announced; verify grades only out and alpha).
-A function may decline a case by raising an exception named NotServed (verify then reports the
-case missing, never passed). Results are written as the arrays' dtype (F64, F32, BF16 or F16).
+A function may decline a case by raising an exception named NotServed: the harness then writes
+the decline marker RESULTS/<case>.declined (its reason) instead of a results file, and verify
+reports the case declined (neither missing nor passed). --serves h1 declares a single-head
+candidate: only the H = 1 cases are run and graded, and the verdict is COMPLETE when every one of
+them is. --convention names the rounding convention verify grades under (exact, hf-rmsnorm).
+Results are written as the arrays' dtype (F64, F32, BF16 or F16), with metadata "inputs" saying
+what fed the case.
 """
 
 import argparse
@@ -167,6 +175,19 @@ def split_result(r):
     return r, None
 
 
+def numpy_inputs(c, meta, input_dtype):
+    """The case's arrays for a NumPy candidate, and what to record as its "inputs"."""
+    if input_dtype == "float32" or meta["dtype"] == "f32":
+        return c, "float32" if meta["dtype"] != "f32" else "case"
+    if meta["dtype"] == "bf16":
+        return c, "case (bf16 values in float32 arrays: NumPy has no bfloat16)"
+    c = dict(c)
+    for k in ("sources", "q", "g", "partial", "gate", "dout"):
+        if c[k] is not None:
+            c[k] = np.asarray(c[k]).astype(np.float16)
+    return c, "case"
+
+
 def run_numpy(fn, backward, c):
     args = [c["sources"], c["q"], c["g"], c["H"], c["eps"], c["scale"]]
     if c["delta"]:
@@ -216,6 +237,56 @@ def run_torch(fn, c, input_dtype, meta):
     return res
 
 
+def run_case(a, fn, backward, c, meta):
+    """Runs the candidate on one case: (results dict, what fed it)."""
+    if a.framework == "torch":
+        fed = "case" if a.input_dtype == "case" or meta["dtype"] == "f32" else "float32"
+        return run_torch(fn, c, a.input_dtype, meta), fed
+    c, fed = numpy_inputs(c, meta, a.input_dtype)
+    return run_numpy(fn, backward, c), fed
+
+
+def decline_marker(path):
+    """RESULTS/NN-id.dtype.declined for RESULTS/NN-id.dtype.safetensors (verify's name)."""
+    return path[:-len(".safetensors")] + ".declined" if path.endswith(".safetensors") else path + ".declined"
+
+
+def run_all(a, fn, backward, manifest, out_dir):
+    """Runs every case in scope into out_dir: results files, or decline markers."""
+    os.makedirs(out_dir, exist_ok=True)
+    declined = failed = skipped = 0
+    for entry in manifest["cases"]:
+        try:
+            meta, t = read_safetensors(os.path.join(a.cases, entry["file"]))
+        except (OSError, ValueError, KeyError) as e:
+            die(f"case {entry['file']}: {e}")
+        target = os.path.join(out_dir, entry["file"])
+        for old in (target, decline_marker(target)):
+            if os.path.exists(old):
+                os.remove(old)
+        if a.serves == "h1" and int(meta["H"]) != 1:
+            skipped += 1
+            continue
+        try:
+            res, fed = run_case(a, fn, backward, case_inputs(meta, t), meta)
+        except Exception as e:  # noqa: BLE001: the user's code; report and go on
+            if type(e).__name__ == "NotServed":
+                declined += 1
+                with open(decline_marker(target), "w") as f:
+                    f.write(f"{e}\n")
+                print(f"  {entry['file']}: declined ({e})")
+            else:
+                failed += 1
+                last = traceback.extract_tb(e.__traceback__)[-1]
+                print(f"  {entry['file']}: the function raised {type(e).__name__}: {e} "
+                      f"({os.path.basename(last.filename)}:{last.lineno}); no results")
+            continue
+        write_safetensors(target, {k: as_stored(v) for k, v in res.items()}, {"inputs": fed})
+    scope = f", {skipped} out of scope (--serves h1)" if skipped else ""
+    print(f"mhar_verify: {a.impl} ({a.framework}) on {len(manifest['cases']) - skipped} cases -> "
+          f"{out_dir} ({declined} declined, {failed} raised{scope})")
+
+
 def find_toy(arg):
     for cand in (arg, os.environ.get("MHAR_TOY"),
                  os.path.join(HERE, "..", "build", "tools", "mhar-toy"), shutil.which("mhar-toy")):
@@ -233,8 +304,12 @@ def main(argv=None):
     ap.add_argument("--framework", choices=["numpy", "torch"], default="numpy")
     ap.add_argument("--backward", help="MODULE:FUNCTION of a NumPy backward (default fn.backward)")
     ap.add_argument("--forward-only", action="store_true", help="grade the forward only")
-    ap.add_argument("--input-dtype", choices=["float32", "case"], default="float32",
-                    help="torch: feed float32, or the case's own dtype (bf16, f16)")
+    ap.add_argument("--input-dtype", choices=["case", "float32"], default="case",
+                    help="feed bf16/f16 cases in their own dtype (default), or upcast to float32")
+    ap.add_argument("--serves", choices=["all", "h1"], default="all",
+                    help="the cases the function serves: all, or h1 (single-head: H = 1 only)")
+    ap.add_argument("--convention", choices=["exact", "hf-rmsnorm"], default="exact",
+                    help="the rounding convention verify grades under")
     ap.add_argument("--json", action="store_true", help="verify prints JSON")
     ap.add_argument("--repeat", action="store_true",
                     help="run twice and have verify check that the bits are identical")
@@ -268,36 +343,9 @@ def main(argv=None):
     results = a.results or tempfile.mkdtemp(prefix="mhar_results_")
     runs = [results] + ([results + ".repeat"] if a.repeat else [])
     for out_dir in runs:
-        os.makedirs(out_dir, exist_ok=True)
-        declined = failed = 0
-        for entry in manifest["cases"]:
-            try:
-                meta, t = read_safetensors(os.path.join(a.cases, entry["file"]))
-            except (OSError, ValueError, KeyError) as e:
-                die(f"case {entry['file']}: {e}")
-            c = case_inputs(meta, t)
-            target = os.path.join(out_dir, entry["file"])
-            if os.path.exists(target):
-                os.remove(target)
-            try:
-                if a.framework == "torch":
-                    res = run_torch(fn, c, a.input_dtype, meta)
-                else:
-                    res = run_numpy(fn, backward, c)
-            except Exception as e:  # noqa: BLE001: the user's code; report and go on
-                if type(e).__name__ == "NotServed":
-                    declined += 1
-                    print(f"  {entry['file']}: not served ({e}); verify will report it missing")
-                else:
-                    failed += 1
-                    last = traceback.extract_tb(e.__traceback__)[-1]
-                    print(f"  {entry['file']}: the function raised {type(e).__name__}: {e} "
-                          f"({os.path.basename(last.filename)}:{last.lineno}); no results")
-                continue
-            write_safetensors(target, {k: as_stored(v) for k, v in res.items()})
-        print(f"mhar_verify: {a.impl} ({a.framework}) on {len(manifest['cases'])} cases -> "
-              f"{out_dir} ({declined} declined, {failed} raised)")
-    cmd = [toy, "verify", "--cases", a.cases, "--results", results]
+        run_all(a, fn, backward, manifest, out_dir)
+    cmd = [toy, "verify", "--cases", a.cases, "--results", results, "--serves", a.serves,
+           "--convention", a.convention]
     if forward_only:
         cmd.append("--forward-only")
     if a.repeat:

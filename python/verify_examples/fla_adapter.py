@@ -1,38 +1,49 @@
-"""How to verify a function with fla's signature `naive_attnres(query, residuals, rms_weight,
-rms_eps, scale)` (fla/ops/attnres), written here from that signature alone (nothing copied).
+"""fla's naive_attnres behind the harness's signature, written from fla's current public signature
+(nothing copied):
 
-Assumed shapes, to check against your fla version: residuals stacked [N, ..., d] (the earlier
-outputs, sources first), query [d] (one head: Attention Residuals), rms_weight [d] (the key gain),
-returning the mix [..., d]. The adapter maps the protocol onto it:
+    naive_attnres(query, residuals, rms_weight, output_rms_weight=None, rms_eps=1e-6, scale=1.0,
+                  return_weights=False)
 
-  - H > 1 cases are declined (NotServed): this signature has one head;
-  - a gain-free case passes rms_weight = ones;
-  - a delta case composes out = partial + gate * mix around it (autograd does the rest).
+residuals is a sequence of [..., D] tensors (the sources, first first); query [D] is one head
+(Attention Residuals); rms_weight [D] is the key gain. Every argument goes by keyword: fla has
+moved output_rms_weight into fourth place before, and a positional call then passes eps as a
+weight. The adapter maps the protocol onto it:
 
-Run with:  /usr/bin/python3 python/mhar_verify.py --framework torch \
-               --impl verify_examples.fla_adapter:adapter --cases DIR
-To verify the real one, replace the stand-in below by `from fla.ops.attnres import naive_attnres`.
+  - H > 1 cases are declined (NotServed): it has one head (grade it with --serves h1);
+  - a gain-free case passes rms_weight = ones; output_rms_weight stays None (no output norm);
+  - a delta case composes out = partial + gate · mix around it, in float32;
+  - return_weights=True gives alpha [N, P, 1] to verify.
+
+    /usr/bin/python3 python/mhar_verify.py --framework torch --serves h1 \\
+        --impl verify_examples.fla_adapter:adapter --cases DIR
+
+`adapter` wraps our stand-in with fla's exact signature (stand_ins.py); for the real one, in a file
+of your own: `from fla.ops.attnres import naive_attnres; adapter = make_adapter(naive_attnres)`.
 """
 
 import torch
+
+from verify_examples.stand_ins import fla_naive_attnres
 
 
 class NotServed(Exception):
     pass
 
 
-def naive_attnres(query, residuals, rms_weight, rms_eps, scale):
-    """A stand-in with fla's signature (our own few lines, for a runnable example)."""
-    x = residuals.float()
-    k = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + rms_eps) * rms_weight.float()
-    logits = scale * (k * query.float()).sum(-1)                   # [N, ...]
-    w = torch.softmax(logits, dim=0)
-    return (w.unsqueeze(-1) * x).sum(0).to(residuals.dtype)
+def make_adapter(naive_attnres):
+    def adapter(sources, q, g, H, eps, scale, partial=None, gate=None):
+        if H != 1:
+            raise NotServed(f"H = {H}: fla's naive_attnres has one head")
+        weight = g if g is not None else torch.ones_like(q)
+        mix, p = naive_attnres(query=q, residuals=list(sources.unbind(0)), rms_weight=weight,
+                               rms_eps=eps, scale=scale, return_weights=True)
+        alpha = p.unsqueeze(-1)                                        # [N, P, 1]
+        if partial is None:
+            return mix, alpha
+        out = partial.float() + gate.float() * mix.float()
+        return out.to(mix.dtype), alpha
+
+    return adapter
 
 
-def adapter(sources, q, g, H, eps, scale, partial=None, gate=None):
-    if H != 1:
-        raise NotServed(f"H = {H}: fla's naive_attnres has one head")
-    weight = g if g is not None else torch.ones_like(q)
-    mix = naive_attnres(q, sources, weight, eps, scale)
-    return mix if partial is None else partial + gate * mix
+adapter = make_adapter(fla_naive_attnres)
