@@ -465,9 +465,11 @@ void note_hf_rmsnorm(VerifyReport& rep, const std::vector<HfFit>& fits, int fail
     dtypes.insert(f.dtype);
     all_failing += f.failing + ", ";
   }
+  std::vector<std::string> names;
   for (const char* n : {"out", "alpha", "dsources", "dq", "dg", "dpartial", "dgate"})
-    if (all_failing.find(std::string(n) + ",") != std::string::npos)
-      t += (t.empty() ? "" : " and ") + std::string(n);
+    if (all_failing.find(std::string(n) + ",") != std::string::npos) names.emplace_back(n);
+  for (std::size_t k = 0; k < names.size(); ++k)
+    t += (k == 0 ? "" : k + 1 == names.size() ? " and " : ", ") + names[k];
   for (const auto& x : whys) w += (w.empty() ? "" : "; ") + x;
   rep.notes.push_back(fmt::format(
       "{} fail only in {} {} case{} ({}){}, and every f32 row passes: consistent with rounding "
