@@ -10,6 +10,7 @@
 
 #include "cuda_check.cuh"
 #include "device.h"
+#include "device_info.h"
 
 namespace mhar::cuda {
 
@@ -33,6 +34,19 @@ std::string device_name(int device) {
   check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
   return std::string(prop.name) + " (sm_" + std::to_string(prop.major) +
          std::to_string(prop.minor) + ", " + std::to_string(prop.multiProcessorCount) + " SMs)";
+}
+
+DeviceInfo device_info(int device) {
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  DeviceInfo info;
+  info.name = prop.name;
+  info.cc_major = prop.major;
+  info.cc_minor = prop.minor;
+  info.sms = prop.multiProcessorCount;
+  check(cudaDriverGetVersion(&info.driver_version), "cudaDriverGetVersion");
+  check(cudaRuntimeGetVersion(&info.runtime_version), "cudaRuntimeGetVersion");
+  return info;
 }
 
 void memory_info(std::size_t* free_bytes, std::size_t* total_bytes) {

@@ -12,7 +12,8 @@
 #   3. mhar-toy bench step          the tiny training step: 2 CPU threads vs the GPU (the 20× target)
 #   4. ctest -R 'device cuda matches'
 #                                   `mhar-toy train --device cuda` against the CPU, end to end
-#   5. mhar-toy check               the same comparisons as 1, as the table users see
+#   5. mhar-toy check               the same comparisons as 1, as the table users see, and the
+#                                   report of docs/gpu-results.md ($OUT/gpu-report.md)
 #   6. compute-sanitizer memcheck   the GPU training step in every mode (where the tool works)
 # and prints the card, the commit and a summary last.
 #
@@ -70,6 +71,7 @@ pack_logs() {
   if [[ -n "${OUT:-}" && -d "$OUT" && -w "$OUT" ]]; then
     tar czf "$OUT/gpu-check-logs.tar.gz" "$LOGS" 2>/dev/null || true
     [[ -f "$LOGS/summary.txt" ]] && cp "$LOGS/summary.txt" "$OUT/summary.txt"
+    [[ -f "$LOGS/gpu-report.md" ]] && cp "$LOGS/gpu-report.md" "$OUT/gpu-report.md"
   fi
 }
 trap pack_logs EXIT
@@ -225,14 +227,14 @@ run_ctest cli-gpu "device cuda matches" 120
 limit=$(step_limit 150)
 if can_run "check" "$limit"; then
   echo "== mhar-toy check [$(elapsed)]"
-  timeout "$limit" "$TOY" check >"$LOGS/check.log" 2>&1
+  timeout "$limit" "$TOY" check --benches none --report "$LOGS/gpu-report.md" >"$LOGS/check.log" 2>&1
   rc=$?
   [[ $rc -eq 0 ]] || status=1
   grep -E "FAIL" "$LOGS/check.log" | head -20
   echo "the 8 rows closest to their tolerance (error ÷ tolerance first):"
   awk 'NR > 2 && $(NF-2) + 0 > 0 && $(NF-1) + 0 > 0 { printf "%.3f  %s\n", $(NF-2) / $(NF-1), $0 }' \
     "$LOGS/check.log" | sort -g | tail -8
-  note "check: $(tail -1 "$LOGS/check.log") (rc $rc)"
+  note "check: $(grep -E '^[0-9]+ comparisons:' "$LOGS/check.log" | tail -1) (rc $rc); the report to paste: gpu-report.md"
 fi
 
 # 6. memcheck (compute-sanitizer, where it works: seen on Firecracker machines, refused on

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
@@ -19,6 +20,10 @@
 #include "cli_common.h"
 #include "device_select.h"
 #include "errors.h"
+#include "gpu_cache.h"
+#include "gpu_report.h"
+#include "gpu_selfcheck.h"
+#include "io/file_util.h"
 #include "optim.h"
 
 #ifdef MHAR_WITH_CUDA
@@ -119,25 +124,54 @@ double median(std::vector<double> v) {
   return quantile(std::move(v), 0.5);
 }
 
+/// `check`'s flags.
+struct CheckOptions {
+  unsigned seed = 1;
+  bool cuda_sync = false;
+  std::string report;           ///< --report FILE ("" = none)
+  std::string benches = "all";  ///< the report's benchmarks: all, tiny, none
+  int repeats = 5;
+};
+
+#ifdef MHAR_WITH_CUDA
+int write_check_report(GpuReport r, const CheckOptions& o,
+                       std::chrono::steady_clock::time_point t0);
+#endif
+
 }  // namespace
 
 Subcommand register_check(CLI::App& app) {
-  auto seed = std::make_shared<unsigned>(1);
+  auto o = std::make_shared<CheckOptions>();
   auto* cmd = app.add_subcommand(
       "check",
       "Compare every CUDA kernel and the whole GPU training step with the CPU reference on this "
       "machine's GPU");
-  cmd->add_option("--seed", *seed, "seed of the random inputs");
-  auto cuda_sync = std::make_shared<bool>(false);
-  add_cuda_sync_flag(*cmd, *cuda_sync);
-  return {cmd, [seed, cuda_sync]() -> int {
-            apply_cuda_sync(*cuda_sync);
+  cmd->add_option("--seed", o->seed, "seed of the random inputs");
+  cmd->add_option("--report", o->report,
+                  "also write FILE: a Markdown report of this GPU (card, driver, build, every "
+                  "row, bench routing, bench step) to share (docs/gpu-results.md)")
+      ->type_name("FILE");
+  cmd->add_option("--benches", o->benches,
+                  "the report's benchmarks: all (tiny and paper 100M shapes), tiny, none")
+      ->check(CLI::IsMember({"all", "tiny", "none"}));
+  cmd->add_option("--repeats", o->repeats, "the report's benchmarks: timed repetitions")
+      ->check(positive());
+  add_cuda_sync_flag(*cmd, o->cuda_sync);
+  return {cmd, [o]() -> int {
+            apply_cuda_sync(o->cuda_sync);
             const std::string why = cuda_unavailable();
             if (!why.empty()) {
               fmt::print(stderr, "mhar-toy check: nothing to check: {}\n", why);
               return kUnavailable;
             }
+            const auto report_dir = std::filesystem::path(o->report).parent_path();
+            if (!report_dir.empty() && !std::filesystem::is_directory(report_dir))
+              throw UsageError("--report " + o->report + ": no folder " + report_dir.string());
 #ifdef MHAR_WITH_CUDA
+            const auto t0 = std::chrono::steady_clock::now();
+            const unsigned seed = o->seed;
+            GpuReport report;  // every row, for --report
+            report.device = mhar::cuda::device_info(0);
             fmt::print("device: {}\n", mhar::cuda::device_name(0));
             fmt::print("{:<34} {:<7} {:<40} {:>10} {:>10}  {}\n", "op", "version", "shape",
                        "worst rel", "tolerance", "verdict");
@@ -149,27 +183,26 @@ Subcommand register_check(CLI::App& app) {
             auto count = [&](const mhar::cuda::CheckRow& r) {
               ++rows;
               failed += r.pass ? 0 : 1;
+              report.rows.push_back(r);
             };
-            for (const auto& r : mhar::cuda::check_routing(*seed)) count(r), print(r);
-            for (const auto& r : mhar::cuda::check_layers(*seed)) count(r), print(r);
-            for (const auto& r : mhar::cuda::check_attention(*seed)) count(r), print(r);
+            for (const auto& r : mhar::cuda::check_routing(seed)) count(r), print(r);
+            for (const auto& r : mhar::cuda::check_layers(seed)) count(r), print(r);
+            for (const auto& r : mhar::cuda::check_attention(seed)) count(r), print(r);
             // The model: every gradient tensor is compared; the table shows, per case and step,
             // the loss and the gradient closest to its tolerance (a failing one always shows).
             for (const auto& c : mhar::cuda::model_check_cases()) {
               std::map<std::string, mhar::cuda::CheckRow> worst;
               std::vector<std::string> order;
-              for (const auto& r : mhar::cuda::check_model_step(c, 3, *seed)) {
+              for (const auto& r : mhar::cuda::check_model_step(c, 3, seed)) {
                 count(r);
                 if (r.op.find(" loss") != std::string::npos || !r.pass) {
                   print(r);
                   continue;
                 }
                 const std::string step = r.op.substr(0, r.op.find(" grad "));
-                auto ratio = [](const mhar::cuda::CheckRow& x) {
-                  return x.tolerance > 0 ? x.worst_rel_err / x.tolerance : x.worst_rel_err;
-                };
                 if (!worst.count(step)) order.push_back(step);
-                if (!worst.count(step) || ratio(r) > ratio(worst[step])) worst[step] = r;
+                if (!worst.count(step) || tolerance_ratio(r) > tolerance_ratio(worst[step]))
+                  worst[step] = r;
               }
               for (const auto& step : order) {
                 mhar::cuda::CheckRow r = worst[step];
@@ -179,7 +212,8 @@ Subcommand register_check(CLI::App& app) {
             }
             fmt::print("{} comparisons: {}\n", rows,
                        failed == 0 ? "all pass" : fmt::format("{} FAILED", failed));
-            return failed == 0 ? kOk : kFailure;
+            if (o->report.empty()) return failed == 0 ? kOk : kFailure;
+            return write_check_report(std::move(report), *o, t0);
 #else
             return kUnavailable;
 #endif
@@ -187,6 +221,11 @@ Subcommand register_check(CLI::App& app) {
 }
 
 namespace {
+
+/// The H column of a step table: the routing heads, "-" for residual.
+std::string heads_column(const Config& c) {
+  return c.mode == Mode::Residual ? std::string("-") : std::to_string(c.route_heads());
+}
 
 /// One timed training step per mode, the modes taking turns (so a change in the machine's load
 /// hits them alike); prints the median step time of each and its ratio to the first (residual).
@@ -207,8 +246,7 @@ std::vector<double> print_step_table(const std::vector<Config>& configs,
     const Config& c = configs[k];
     const double s = median(times[k]);
     medians.push_back(s);
-    fmt::print("{:<10} {:>4} {:>12.2f} {:>12.0f} {:>13.3f}×\n", labels[k],
-               c.mode == Mode::Residual ? std::string("-") : std::to_string(c.route_heads()),
+    fmt::print("{:<10} {:>4} {:>12.2f} {:>12.0f} {:>13.3f}×\n", labels[k], heads_column(c),
                s * 1e3, batch * c.T / s, s / residual);
   }
   // Each round's own ratio (the mode's step over residual's, timed one after the other): a slow
@@ -258,8 +296,10 @@ std::vector<Config> step_modes(const Config& base) {
   return out;
 }
 
-/// Times training steps of residual, attnres and mhar on `device` ("cpu" or "cuda").
-void bench_steps(const Config& base, int batch, int repeats, const std::string& device) {
+/// Times training steps of residual, attnres and mhar on `device` ("cpu" or "cuda"); returns
+/// each row's median, in StepTiming::cpu_ms or gpu_ms.
+std::vector<StepTiming> bench_steps(const Config& base, int batch, int repeats,
+                                    const std::string& device) {
   std::vector<Config> configs = step_modes(base);
   std::vector<std::string> labels;
   for (const Config& c : configs) labels.push_back(mode_name(c.mode));
@@ -288,6 +328,12 @@ void bench_steps(const Config& base, int batch, int repeats, const std::string& 
   }
   const std::vector<double> medians = print_step_table(configs, labels, batch, runs, repeats);
   if (device == "cpu") print_routing_floor(configs.back(), batch, medians[0], repeats);
+  std::vector<StepTiming> out;
+  for (std::size_t k = 0; k < configs.size(); ++k) {
+    out.push_back({labels[k], heads_column(configs[k]), 0, 0});
+    (device == "cpu" ? out.back().cpu_ms : out.back().gpu_ms) = medians[k] * 1e3;
+  }
+  return out;
 }
 
 #ifdef MHAR_WITH_CUDA
@@ -365,6 +411,7 @@ struct BenchOptions {
   int N = 0, P = 0, d = 0, H = 0;
   bool kernels_only = false;
   bool cuda_sync = false;
+  GpuCheckFlags gpu_check;
 };
 
 /// `bench step`: one training step per mode on `device` ("cpu" or "cuda").
@@ -409,14 +456,21 @@ std::vector<RoutingBenchShape> routing_bench_shapes(const BenchOptions& o) {
           {"paper 100M", 2 * big.L + 1, kPaperBatch * big.T, big.d, big.H}};
 }
 
-/// Every GPU routing version at one shape, next to the copy bandwidth.
-void print_gpu_routing_table(const RoutingBenchShape& sh, int repeats) {
-  fmt::print("routing, {} shape: N={} P={} d={} H={} (bytes: docs/kernels.md)\n", sh.name, sh.N,
-             sh.P, sh.d, sh.H);
+/// "tiny shape: N=9 P=2048 d=128 H=4"
+std::string describe(const RoutingBenchShape& sh) {
+  return fmt::format("{} shape: N={} P={} d={} H={}", sh.name, sh.N, sh.P, sh.d, sh.H);
+}
+
+/// Every GPU routing version at one shape, next to the copy bandwidth; returns the rows.
+std::vector<mhar::cuda::BenchRow> print_gpu_routing_table(const RoutingBenchShape& sh,
+                                                          int repeats) {
+  fmt::print("routing, {} (bytes: docs/kernels.md)\n", describe(sh));
   fmt::print("{:<10} {:<9} {:>10} {:>12} {:>10} {:>8}\n", "op", "version", "ms", "MB", "GB/s",
              "% copy");
   bool one_block = false;
-  for (const auto& r : mhar::cuda::bench_routing(sh.N, sh.P, sh.d, sh.H, repeats)) {
+  const std::vector<mhar::cuda::BenchRow> rows =
+      mhar::cuda::bench_routing(sh.N, sh.P, sh.d, sh.H, repeats);
+  for (const auto& r : rows) {
     fmt::print("{:<10} {:<9} {:>10.4f} {:>12.2f} {:>10.1f} {:>7.1f}%\n", r.op, r.version, r.ms,
                r.bytes / 1e6, r.gbps, r.pct_copy);
     one_block = one_block || r.version == mhar::cuda::kFusedOneBlockName;
@@ -424,18 +478,88 @@ void print_gpu_routing_table(const RoutingBenchShape& sh, int repeats) {
   if (one_block)
     fmt::print("({}: the fused kernels under __launch_bounds__(512, 1); docs/kernels.md)\n",
                mhar::cuda::kFusedOneBlockName);
+  return rows;
+}
+
+/// The tiny shape of the GPU step tables (the paper's 100M shape is paper_100m()).
+Config tiny_step_shape() {
+  Config tiny;
+  tiny.H = 4;
+  return tiny;
 }
 
 /// The GPU training step at the tiny and the paper's 100M shapes (MHAR ÷ residual ratios).
 void print_gpu_step_ratios(int repeats) {
-  Config tiny;
-  tiny.H = 4;
+  const Config tiny = tiny_step_shape();
   fmt::print("GPU training step, tiny shape: d={} L={} T={} batch 16\n", tiny.d, tiny.L, tiny.T);
   bench_steps(tiny, 16, repeats, "cuda");
   const Config big = paper_100m();
   fmt::print("GPU training step, paper 100M shape: d={} L={} T={} batch {} (P = {})\n", big.d,
              big.L, big.T, kPaperBatch, kPaperBatch * big.T);
   bench_steps(big, kPaperBatch, repeats, "cuda");
+}
+
+/// One benchmark of the report; a failure (the 100M shape out of a small GPU's memory) becomes
+/// a note in the report instead of ending it.
+void report_bench(GpuReport& r, const std::string& what, const std::function<void()>& run) {
+  try {
+    run();
+  } catch (const std::exception& e) {
+    r.notes.push_back(what + ": not measured: " + e.what());
+    fmt::print(stderr, "mhar-toy check --report: {}: not measured: {}\n", what, e.what());
+  }
+}
+
+/// `check --report`'s benchmarks: `bench routing` at the tiny and (unless tiny_only) the paper's
+/// 100M shape, the GPU step at the same shapes, and the tiny step on the CPU for GPU ÷ CPU.
+void report_benches(GpuReport& r, int repeats, bool tiny_only) {
+  std::vector<RoutingBenchShape> shapes = routing_bench_shapes(BenchOptions{});
+  if (tiny_only) shapes.resize(1);
+  for (const RoutingBenchShape& sh : shapes)
+    report_bench(r, "bench routing, " + describe(sh), [&] {
+      r.routing.push_back({describe(sh), print_gpu_routing_table(sh, repeats)});
+    });
+  const Config tiny = tiny_step_shape();
+  const std::string tiny_title =
+      fmt::format("tiny shape: d={} L={} T={} batch 16", tiny.d, tiny.L, tiny.T);
+  report_bench(r, "bench step, " + tiny_title, [&] {
+    fmt::print("GPU training step, {}\n", tiny_title);
+    std::vector<StepTiming> rows = bench_steps(tiny, 16, repeats, "cuda");
+    fmt::print("CPU training step, {}\n", tiny_title);
+    for (const StepTiming& c : bench_steps(tiny, 16, repeats, "cpu"))
+      for (StepTiming& g : rows)
+        if (g.mode == c.mode) g.cpu_ms = c.cpu_ms;
+    r.steps.push_back({tiny_title, rows});
+  });
+  if (tiny_only) return;
+  const Config big = paper_100m();
+  const std::string big_title = fmt::format("paper 100M shape: d={} L={} T={} batch {}", big.d,
+                                            big.L, big.T, kPaperBatch);
+  report_bench(r, "bench step, " + big_title, [&] {
+    fmt::print("GPU training step, {}\n", big_title);
+    r.steps.push_back({big_title, bench_steps(big, kPaperBatch, repeats, "cuda")});
+  });
+}
+
+/// Writes `check --report`'s file: the check's rows (in r), then the benchmarks. Returns an exit
+/// code.
+int write_check_report(GpuReport r, const CheckOptions& o,
+                       std::chrono::steady_clock::time_point t0) {
+  r.commit = build_commit();
+  r.flags = build_flags();
+  r.date = utc_now();
+  r.command = fmt::format("mhar-toy check --seed {} --report {} --benches {}", o.seed, o.report,
+                          o.benches);
+  if (o.benches != "none") {
+    r.command += fmt::format(" --repeats {}", o.repeats);
+    report_benches(r, o.repeats, o.benches == "tiny");
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  io::write_text_file_atomic(o.report, report_markdown(r));
+  fmt::print("report written to {} ({:.1f} s in all); docs/gpu-results.md says where to send it\n",
+             o.report, r.seconds);
+  return std::all_of(r.rows.begin(), r.rows.end(), [](auto& x) { return x.pass; }) ? kOk
+                                                                                    : kFailure;
 }
 #endif
 
@@ -491,10 +615,16 @@ Subcommand register_bench(CLI::App& app) {
   cmd->add_flag("--kernels-only", o->kernels_only,
                 "routing: leave out the GPU training-step ratios");
   add_cuda_sync_flag(*cmd, o->cuda_sync);
+  add_gpu_check_flags(*cmd, o->gpu_check);
   return {cmd, [o, device_opt]() -> int {
             apply_cuda_sync(o->cuda_sync);
+            apply_gpu_check_flags(o->gpu_check);
+            if (o->what == "step")  // the GPU's step only after the self-check (or on the CPU)
+              return run_bench_step(
+                  *o, pick_checked_device(o->device,
+                                          GpuWork{.models = step_modes(o->cfg), .warp = true},
+                                          false));
             const std::string device = pick_device(o->device);  // exit 4: cuda without a GPU
-            if (o->what == "step") return run_bench_step(*o, device);
             // routing: the GPU kernels unless --device says cpu (or auto finds no GPU)
             return run_bench_routing(*o, device_opt->count() > 0 && device == "cpu");
           }};

@@ -8,6 +8,7 @@
 #include "cli_common.h"
 #include "device_select.h"
 #include "errors.h"
+#include "gpu_selfcheck.h"
 #include "train.h"
 
 #ifdef MHAR_WITH_CUDA
@@ -140,9 +141,12 @@ Subcommand register_train(CLI::App& app) {
   cmd->add_option("--resume", *resume_dir,
                   "continue the run in DIR with its saved options (--steps N extends it)");
   add_cuda_sync_flag(*cmd, *cuda_sync);
+  auto gpu_check = std::make_shared<GpuCheckFlags>();
+  add_gpu_check_flags(*cmd, *gpu_check);
   auto* steps = cmd->get_option("--steps");
-  return {cmd, [o, mode, resume_dir, out, steps, cuda_sync]() -> int {
+  return {cmd, [o, mode, resume_dir, out, steps, cuda_sync, gpu_check]() -> int {
             apply_cuda_sync(*cuda_sync);
+            apply_gpu_check_flags(*gpu_check);
             if (!resume_dir->empty())
               return resume(*resume_dir, steps->count() ? o->steps : 0, o->quiet);
             o->cfg = model_config(o->cfg, *mode);

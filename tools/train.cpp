@@ -23,6 +23,7 @@
 #include "device_select.h"
 #include "errors.h"
 #include "file_util.h"
+#include "gpu_selfcheck.h"
 #include "heatmap.h"
 #include "json_types.h"
 #include "memory.h"
@@ -384,9 +385,9 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-int run_loop(const TrainOptions& o, const fs::path& dir, Params<float>& p, Params<float>& m,
-             Params<float>& v, long start_step) {
-  const std::string device = pick_device(o.device);
+/// Trains on `device` ("cpu" or "cuda", pick_checked_device) from start_step to o.steps.
+int run_loop(const TrainOptions& o, const std::string& device, const fs::path& dir,
+             Params<float>& p, Params<float>& m, Params<float>& v, long start_step) {
   const Corpus corpus = load_corpus(o.data, o.val_fraction, o.cfg.T);
 #ifdef _OPENMP
   if (o.threads > 0) omp_set_num_threads(o.threads);
@@ -493,12 +494,13 @@ int train(const TrainOptions& o) {
   require_memory(o.cfg, o.batch, sizeof(float), Workload::Training, "train");
   load_corpus(o.data, o.val_fraction, o.cfg.T);  // fail before creating anything
   check_writable_dir(dir);
+  const std::string device = pick_checked_device(o.device, GpuWork{.models = {o.cfg}}, o.quiet);
   io::write_text_file_atomic((dir / "config.json").string(),
                              train_options_to_json(o).dump(2) + "\n");
   Rng rng(o.seed);
   Params<float> p = init_params<float>(o.cfg, rng);
   Params<float> m = zero_params<float>(o.cfg), v = zero_params<float>(o.cfg);
-  return run_loop(o, dir, p, m, v, 0);
+  return run_loop(o, device, dir, p, m, v, 0);
 }
 
 int resume(const std::string& dir_s, int steps, bool quiet) {
@@ -536,8 +538,9 @@ int resume(const std::string& dir_s, int steps, bool quiet) {
                o.steps);
     return kOk;
   }
+  const std::string device = pick_checked_device(o.device, GpuWork{.models = {o.cfg}}, quiet);
   if (!quiet) fmt::print(stderr, "resuming {} from step {}\n", dir_s, ck.step);
-  return run_loop(o, dir, ck.params, m, v, ck.step);
+  return run_loop(o, device, dir, ck.params, m, v, ck.step);
 }
 
 }  // namespace mhar::toy

@@ -18,6 +18,7 @@
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 #include <thread>
 #include <tuple>
@@ -776,12 +777,216 @@ TEST_CASE("train on device cuda matches the CPU: losses to float rounding, same 
   }
 }
 
+namespace {
+
+/// kTiny without -q: the run's header and the GPU self-check's lines are printed.
+const std::string kTinyLoud = kTiny.substr(0, kTiny.rfind(" -q"));
+
+/// The environment that gives mhar-toy `cache` as its cache folder.
+std::string cache_env(const fs::path& cache) {
+  return "XDG_CACHE_HOME=" + cache.string() + " ";
+}
+
+}  // namespace
+
+// On a machine without a GPU (here: any machine without one, and the emulator told to present
+// none), --device auto trains on the CPU exactly as before: no self-check, no line about it, no
+// cache folder.
+TEST_CASE("without a GPU, train neither runs nor mentions the GPU self-check", "[cli][gpu]") {
+  const fs::path d = scratch("no-selfcheck");
+  const Result r = toy("train" + kTinyLoud + " --steps 1 --out " + (d / "run").string(),
+                       cache_env(d / "cache") + "MHAR_EMU_DEVICES=0 ");
+  INFO(r.out);
+  if (r.out.find("GPU NVIDIA") != std::string::npos) {
+    WARN("MHAR_SKIP: this machine has a GPU; the self-check is tested on the emulator");
+    return;
+  }
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Contains("on the CPU ("));
+  CHECK_THAT(r.out, !Contains("self-check") && !Contains("GPU"));
+  CHECK_FALSE(fs::exists(d / "cache"));
+}
+
+namespace {
+
+/// docs/gpu-results.md quotes a report's first lines from the emulator: `md`, a report made on
+/// the emulator, must have them (all but the title, which carries the date of that run).
+void check_quoted_header(const std::string& md) {
+  const std::string doc =
+      read_text(fs::path(MHAR_DATA).parent_path().parent_path() / "docs" / "gpu-results.md");
+  const std::size_t at = doc.find("```text", doc.find("The report's first lines"));
+  REQUIRE(at != std::string::npos);
+  std::istringstream quoted(doc.substr(at + 8, doc.find("```", at + 8) - at - 8));
+  std::string line;
+  std::getline(quoted, line);
+  CHECK_THAT(line, Contains("### mhar CPU emulator, sm_90 — "));
+  while (std::getline(quoted, line)) {
+    CAPTURE(line);
+    CHECK_THAT(md, Contains(line));
+  }
+}
+
+}  // namespace
+
+// On the emulator in CI; on a GPU, the report a user would send (docs/gpu-results.md).
+TEST_CASE("check --report writes the card, the build, every comparison and the time taken",
+          "[cli][gpu]") {
+  const fs::path d = scratch("report");
+  const Result r = toy("check --benches none --report " + (d / "gpu.md").string());
+  INFO(r.out);
+  if (r.code == 4) {
+    WARN("MHAR_SKIP: no GPU here (" << r.out << ")");
+    return;
+  }
+  REQUIRE(r.code == 0);
+  std::smatch m;
+  REQUIRE(std::regex_search(r.out, m, std::regex("(\\d+) comparisons: all pass")));
+  const std::string n = m[1];
+  const std::string md = read_text(d / "gpu.md");
+  CHECK_THAT(md, Contains("**check: " + n + " comparisons, all pass.**") &&
+                     Contains("every comparison (" + n + " rows)"));
+  std::istringstream lines(md);
+  int pass_rows = 0;
+  for (std::string line; std::getline(lines, line);)
+    pass_rows += line.ends_with(" | pass |") ? 1 : 0;
+  CHECK(std::to_string(pass_rows) == n);
+  CHECK_THAT(md, Contains("| build flags | Release") && Contains("| time taken | ") &&
+                     Contains("| command | `mhar-toy check --seed 1 --report "));
+  CHECK_THAT(md, !Contains("| commit | unknown |") && !Contains("| commit |  |"));
+  if (md.find("mhar CPU emulator") != std::string::npos) check_quoted_header(md);
+}
+
 #ifdef MHAR_CLI_EMULATOR
+namespace {
+
+/// `train --device <device>` of one step on the emulator, with `cache` as the cache folder.
+Result train_checked(const fs::path& out, const fs::path& cache, const std::string& device,
+                     const std::string& env = "", const std::string& extra = "") {
+  return toy("train" + kTinyLoud + " --steps 1 --device " + device + extra + " --out " +
+                 out.string(),
+             cache_env(cache) + env);
+}
+
+/// The cache file's entries.
+nlohmann::json cached(const fs::path& cache) {
+  std::ifstream in(cache / "mhar" / "gpu-check.json");
+  return nlohmann::json::parse(in).at("passed");
+}
+
+}  // namespace
+
+// Emulator only: the emulator presents a device ("mhar CPU emulator", sm_90, driver 13000 unless
+// MHAR_EMU_DRIVER_VERSION says otherwise), so the whole path of a first GPU run is taken.
+TEST_CASE("the GPU self-check runs before the first GPU run, is cached, and reruns for a new key",
+          "[cli][gpu]") {
+  const fs::path d = scratch("selfcheck"), cache = d / "cache";
+  const std::string ran = "comparisons pass in";
+  const Result first = train_checked(d / "a", cache, "cuda");
+  INFO(first.out);
+  REQUIRE(first.code == 0);
+  CHECK_THAT(first.out, Contains("GPU self-check on mhar CPU emulator (sm_90, driver CUDA 13.0"));
+  for (const char* stage : {"routing fused", "layer twins", "cuBLAS linear and MLP",
+                            "attention (cuBLAS)", "training step mhar H=1"})
+    CHECK_THAT(first.out, Contains(std::string("GPU self-check: ") + stage));
+  CHECK_THAT(first.out, Contains(ran) && Contains("verdict cached in " + cache.string()));
+  CHECK_THAT(first.out, Contains("on the GPU mhar CPU emulator"));
+  nlohmann::json entries = cached(cache);
+  REQUIRE(entries.size() == 1);
+  CHECK(entries[0].at("device") == "mhar CPU emulator");
+  CHECK(entries[0].at("compute_capability") == "9.0");
+  CHECK(entries[0].at("driver") == 13000);
+  CHECK(entries[0].at("comparisons").get<int>() > 50);
+  CHECK_THAT(entries[0].at("flags").get<std::string>(), Contains("CUDA emulator"));
+
+  const Result second = train_checked(d / "b", cache, "auto");
+  INFO(second.out);
+  CHECK(second.code == 0);
+  CHECK_THAT(second.out, Contains("GPU self-check: passed on") && !Contains(ran));
+
+  const Result driver = train_checked(d / "c", cache, "auto", "MHAR_EMU_DRIVER_VERSION=13010 ");
+  INFO(driver.out);
+  CHECK(driver.code == 0);
+  CHECK_THAT(driver.out, Contains("driver CUDA 13.1") && Contains(ran));
+  CHECK(cached(cache).size() == 2);
+
+  // Another build: the entries now name a commit this binary was not built from.
+  entries = cached(cache);
+  for (auto& e : entries) e["commit"] = "0000000older";
+  std::ofstream(cache / "mhar" / "gpu-check.json") << nlohmann::json{{"format", 1},
+                                                                     {"passed", entries}};
+  const Result build = train_checked(d / "e", cache, "auto");
+  INFO(build.out);
+  CHECK(build.code == 0);
+  CHECK_THAT(build.out, Contains(ran));
+
+  const Result forced = train_checked(d / "f", cache, "auto", "", " --recheck-gpu");
+  CHECK_THAT(forced.out, Contains(ran));
+  const Result skipped = train_checked(d / "g", d / "other", "cuda", "", " --skip-gpu-check");
+  CHECK(skipped.code == 0);
+  CHECK_THAT(skipped.out, Contains("GPU self-check skipped (--skip-gpu-check)"));
+  CHECK_FALSE(fs::exists(d / "other"));
+}
+
+namespace {
+
+/// `train` under `env`, where the self-check fails, with --device auto and then cuda: auto
+/// trains its step on the CPU (exit 0), cuda exits 1 before writing the run; no pass is cached.
+/// Returns what each printed.
+std::pair<std::string, std::string> failing_check(const fs::path& d, const std::string& env) {
+  const Result a = train_checked(d / "auto", d / "cache", "auto", env);
+  INFO(a.out);
+  CHECK(a.code == 0);
+  CHECK_THAT(a.out, Contains("Continuing on the CPU (--device auto)") && Contains("on the CPU ("));
+  CHECK(metrics(d / "auto").size() == 1);
+  const Result c = train_checked(d / "cuda", d / "cache", "cuda", env);
+  INFO(c.out);
+  CHECK(c.code == 1);
+  CHECK_THAT(c.out, Contains("Not using this GPU, as --device cuda asks for it"));
+  CHECK_FALSE(fs::exists(d / "cuda" / "config.json"));
+  CHECK_FALSE(fs::exists(d / "cache" / "mhar" / "gpu-check.json"));
+  return {a.out, c.out};
+}
+
+}  // namespace
+
+// Emulator only: MHAR_EMU_WRONG_KERNEL makes every launch of one kernel come out ~1e-3 wrong.
+TEST_CASE("a wrong kernel fails the self-check: auto trains on the CPU, cuda exits 1, by name",
+          "[cli][gpu]") {
+  const fs::path d = scratch("selfcheck-wrong");
+  const auto [on_auto, on_cuda] = failing_check(d, "MHAR_EMU_WRONG_KERNEL=rmsnorm_forward_rows ");
+  for (const std::string& out : {on_auto, on_cuda}) {
+    INFO(out);
+    CHECK_THAT(out, Contains("GPU self-check FAILED on mhar CPU emulator (sm_90): rmsnorm_forward"
+                             " y (v1, P=16 T=8 d=32") &&
+                        Contains("disagrees with the CPU reference: relative error 9.77e-04, "
+                                 "tolerance") &&
+                        Contains("report: " + (d / "cache/mhar/gpu-check-report.md").string()));
+  }
+  const std::string report = read_text(d / "cache/mhar/gpu-check-report.md");
+  CHECK_THAT(report, Contains("| rmsnorm_forward y | v1 |") && Contains("**FAIL**"));
+  check_quoted_header(report);
+}
+
+// Emulator only: MHAR_EMU_FAULT_LAUNCH makes the third launch (inside the self-check) fault.
+TEST_CASE("a kernel fault during the self-check is reported as a failure, not a crash",
+          "[cli][gpu]") {
+  const fs::path d = scratch("selfcheck-fault");
+  const auto [on_auto, on_cuda] = failing_check(d, "MHAR_EMU_FAULT_LAUNCH=3 ");
+  for (const std::string& out : {on_auto, on_cuda}) {
+    INFO(out);
+    CHECK_THAT(out, Contains("GPU self-check FAILED on mhar CPU emulator (sm_90): a CUDA error "
+                             "while checking routing fused") &&
+                        Contains("launch: cudaErrorLaunchFailure") &&
+                        Contains("raised while this kernel ran"));
+  }
+}
+
 // Emulator only: MHAR_EMU_FAULT_LAUNCH makes one launch fault, as a kernel's bad access would.
 TEST_CASE("a kernel fault is named under MHAR_CUDA_SYNC=1 or --cuda-sync, blamed later without",
           "[cli][gpu]") {
   const fs::path d = scratch("fault");
-  const std::string args = "train" + kTiny + " --device cuda --steps 2 --out ";
+  // The launches are counted from the training's first, so the self-check is left out.
+  const std::string args = "train" + kTiny + " --device cuda --skip-gpu-check --steps 2 --out ";
   const std::string fault = "MHAR_EMU_FAULT_LAUNCH=40 ";  // launch 40 is rope_table
   const Result plain = toy(args + (d / "a").string(), fault);
   INFO(plain.out);

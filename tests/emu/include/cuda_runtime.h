@@ -28,6 +28,14 @@
  *   (cudaErrorLaunchFailure) surfaces at the next launch or synchronising call (cudaMemcpy,
  *   cudaDeviceSynchronize, …), and from then on it is sticky: every call returns it, no kernel
  *   runs. Only mhar_emu::clear_fault() (a test hook; on a GPU, a new process) ends it.
+ * - A wrong kernel, planted for the GPU self-check's tests (tools/gpu_selfcheck.h): with
+ *   MHAR_EMU_WRONG_KERNEL=<name> in the environment, every launch of the kernel of that name
+ *   (as written before `<<<`) runs, then each float of device memory it changed is scaled by
+ *   1 + 2⁻¹⁰. The switch exists only here: a build for a GPU has no such code.
+ * - The device the emulator presents: MHAR_EMU_DEVICES=0 makes cudaGetDeviceCount report none
+ *   (cudaErrorNoDevice, as a machine with a driver but no GPU does), and
+ *   MHAR_EMU_DRIVER_VERSION what cudaDriverGetVersion reports (13000), so that the tests can
+ *   show a machine without a GPU and a driver update.
  * - Memory pools: cudaDeviceGetAttribute(cudaDevAttrMemoryPoolsSupported) reports
  *   Machine::pools_supported (1; tests set 0). Where it is 0, or Machine::pool_refuses is set
  *   (a driver that claims pools but refuses them), cudaMallocAsync fails with
@@ -88,6 +96,7 @@ enum cudaError_t {
   cudaErrorInvalidValue = 1,
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
+  cudaErrorNoDevice = 100,
   cudaErrorLaunchFailure = 719,
   cudaErrorNotPermitted = 800,
   cudaErrorNotSupported = 801,
@@ -176,6 +185,22 @@ struct Machine {
     const char* v = std::getenv("MHAR_EMU_FAULT_LAUNCH");
     return v ? std::atol(v) : 0L;
   }();
+  /// MHAR_EMU_WRONG_KERNEL: every launch of the kernel of this name comes out slightly wrong.
+  std::string wrong_kernel = [] {
+    const char* v = std::getenv("MHAR_EMU_WRONG_KERNEL");
+    return std::string(v ? v : "");
+  }();
+  /// MHAR_EMU_DEVICES: how many devices cudaGetDeviceCount reports (1; 0 reports none).
+  int devices = [] {
+    const char* v = std::getenv("MHAR_EMU_DEVICES");
+    return v ? std::atoi(v) : 1;
+  }();
+  /// MHAR_EMU_DRIVER_VERSION: what cudaDriverGetVersion reports (13000 = 13.0).
+  int driver_version = [] {
+    const char* v = std::getenv("MHAR_EMU_DRIVER_VERSION");
+    return v ? std::atoi(v) : 13000;
+  }();
+  std::map<void*, std::size_t> live;  ///< what cudaMalloc(Async) returned → its bytes
   // Memory pools (see the file comment).
   int pools_supported = 1;
   bool pool_refuses = false;
@@ -356,6 +381,40 @@ auto launch(Kernel kernel, Config c) {
   return [kernel, c](auto... args) { run(kernel, c, args...); };
 }
 
+/// The planted fault (MHAR_EMU_WRONG_KERNEL=name): the launch runs, then every float of device
+/// memory that it changed is made larger by a factor 1 + 2⁻¹⁰, as a kernel with a wrong constant
+/// would leave it. An error of ~1e-3 relative, far above any tolerance, yet finite: a check
+/// must report by how much a kernel is off, not only that it wrote NaN.
+template <typename Kernel, typename... Args>
+void run_wrong(Kernel kernel, const Config& c, Args... args) {
+  Machine& m = machine();
+  std::vector<std::vector<float>> before;
+  for (const auto& [p, bytes] : m.live) {
+    const float* f = static_cast<const float*>(p);
+    before.emplace_back(f, f + bytes / sizeof(float));
+  }
+  run(kernel, c, args...);
+  std::size_t k = 0;
+  for (const auto& [p, bytes] : m.live) {
+    float* f = static_cast<float*>(p);
+    for (std::size_t i = 0; i < bytes / sizeof(float); ++i)
+      if (std::memcmp(&f[i], &before[k][i], sizeof(float)) != 0) f[i] *= 1.0f + 0x1p-10f;
+    ++k;
+  }
+}
+
+/// What translate.cmake writes for `kernel<<<config>>>(args)`: the launch, with the kernel's
+/// name for the planted fault.
+template <typename Kernel>
+auto launch(Kernel kernel, const char* name, Config c) {
+  return [kernel, name, c](auto... args) {
+    if (!machine().wrong_kernel.empty() && machine().wrong_kernel == name)
+      run_wrong(kernel, c, args...);
+    else
+      run(kernel, c, args...);
+  };
+}
+
 /// The block's `extern __shared__` array.
 template <typename T>
 T* dynamic_shared() {
@@ -454,6 +513,7 @@ inline const ErrorText& error_text(cudaError_t e) {
       {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
       {cudaErrorInvalidConfiguration, "cudaErrorInvalidConfiguration",
        "invalid configuration argument"},
+      {cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
       {cudaErrorLaunchFailure, "cudaErrorLaunchFailure", "unspecified launch failure"},
       {cudaErrorNotPermitted, "cudaErrorNotPermitted", "operation not permitted"},
       {cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},
@@ -477,7 +537,16 @@ inline cudaError_t cudaGetLastError() {
   return e;
 }
 inline cudaError_t cudaGetDeviceCount(int* n) {
-  *n = 1;
+  if (mhar_emu::machine().devices <= 0) return cudaErrorNoDevice;  // as a driver without a GPU
+  *n = mhar_emu::machine().devices;
+  return cudaSuccess;
+}
+inline cudaError_t cudaDriverGetVersion(int* v) {
+  *v = mhar_emu::machine().driver_version;
+  return cudaSuccess;
+}
+inline cudaError_t cudaRuntimeGetVersion(int* v) {
+  *v = 13000;
   return cudaSuccess;
 }
 inline cudaError_t cudaGetDevice(int* d) {
@@ -534,6 +603,7 @@ inline cudaError_t allocate(void** p, std::size_t n, std::size_t shift) {
   std::memset(base, 0xFF, n + shift);
   *p = base + shift;
   if (shift) machine().shifted[*p] = base;
+  machine().live[*p] = n;
   return cudaSuccess;
 }
 }  // namespace mhar_emu
@@ -550,6 +620,7 @@ inline cudaError_t cudaMallocAsync(void** p, std::size_t n, cudaStream_t) {
 }
 inline cudaError_t cudaFree(void* p) {
   mhar_emu::Machine& m = mhar_emu::machine();
+  m.live.erase(p);
   const auto shifted = m.shifted.find(p);
   if (shifted != m.shifted.end()) {
     p = shifted->second;
