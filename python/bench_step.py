@@ -1,87 +1,145 @@
 #!/usr/bin/env python3
-"""The PyTorch twin's training step time, on the shapes of `mhar-toy bench step`: forward,
-backward, global-norm clipping and AdamW on one batch of random bytes, the median of --repeats
-timed steps per mode after one untimed warm-up step, the modes interleaved. Run it beside
-`mhar-toy bench step` with the same flags and --threads to compare (docs/pytorch.md).
+"""The PyTorch twin's training step time and peak memory, on the shapes of `mhar-toy bench step`:
+forward, backward, global-norm clipping and AdamW on one batch of random bytes.
 
-    python3 python/bench_step.py --modes residual,attnres,mhar --threads 2
+Each (depth, mode) runs in a fresh process, so that peak RSS (getrusage's ru_maxrss: the most
+resident memory the process ever held, the interpreter and torch included) is that
+configuration's alone. One process takes one untimed warm-up step and --repeats timed steps;
+--rounds repeats the whole set, the configurations interleaved (round 1: every depth and mode,
+then round 2, …), so that a change of load hits every mode. ms/step is the median of all timed
+steps of a configuration, peak RSS the largest of its rounds.
+
+    python3 python/bench_step.py --modes residual,mhar --layers 6,12,24 --d 256 -T 256 -B 4 \\
+        --threads 1 --rounds 3
+    python3 python/bench_step.py ... --package-dir /tmp/base/python   # another mhar_torch
 """
 
 import argparse
+import json
 import os
+import resource
 import statistics
+import subprocess
 import sys
 import time
+from typing import List, Optional
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-
-def main(argv):
+def parse_args(argv: List[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bench_step.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("--modes", default="residual,attnres,mhar")
-    p.add_argument("--heads", "-H", type=int, default=0)
+    p.add_argument("--modes", default="residual,attnres,mhar", help="comma-separated modes")
+    p.add_argument("--heads", "-H", type=int, default=0, help="routing heads (0 = n_kv_head)")
     p.add_argument("--d", type=int, default=128)
-    p.add_argument("--layers", "-L", type=int, default=4)
+    p.add_argument("--layers", "-L", default="4", help="blocks L, or a comma-separated list")
     p.add_argument("--n-head", type=int, default=4)
     p.add_argument("--n-kv-head", type=int, default=2)
     p.add_argument("--ffn", type=int, default=352)
     p.add_argument("--seq-len", "-T", type=int, default=128)
     p.add_argument("--blocks", type=int, default=2)
     p.add_argument("--batch", "-B", type=int, default=16)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=5, help="timed steps per process")
+    p.add_argument("--rounds", type=int, default=1, help="processes per configuration")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    a = p.parse_args(argv)
+    p.add_argument("--routing", default="fast", choices=["fast", "plain"],
+                   help="the routing of the routed modes (MharModel's routing)")
+    p.add_argument("--package-dir", default=None,
+                   help="import mhar_torch from this folder (e.g. an older checkout's python/)")
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)  # "L,mode": one process
+    return p.parse_args(argv)
+
+
+def child(a: argparse.Namespace) -> int:
+    """One configuration: prints one JSON line with the timed steps and the peak RSS."""
     import torch
     from mhar_torch import Config, ConfigError, MharModel, decays
 
+    L, mode = a.child.split(",")
     if a.threads > 0:
         torch.set_num_threads(a.threads)
-    print("PyTorch %s, %d thread%s; d=%d L=%d T=%d batch %d; median of %d steps"
-          % (torch.__version__, torch.get_num_threads(), "" if torch.get_num_threads() == 1 else "s",
-             a.d, a.layers, a.seq_len, a.batch, a.repeats))
-    print("%-10s %10s %10s %12s %12s" % ("mode", "ms/step", "steps/s", "tokens/s", "÷ first"))
-    steps = {}
-    for mode in a.modes.split(","):
-        cfg = Config(d=a.d, L=a.layers, n_head=a.n_head, n_kv_head=a.n_kv_head, ffn=a.ffn,
-                     T=a.seq_len, mode=mode, H=a.heads, n_blocks=a.blocks)
-        try:
-            model = MharModel(cfg, seed=1, init="torch")  # the numbers do not change the cost
-        except ConfigError as e:
-            print("bench_step.py: error: %s" % e, file=sys.stderr)
-            return 2
-        if cfg.routed:  # open the routing a little, as mhar-toy bench does
-            with torch.no_grad():
-                model.route.q.normal_(0.0, 0.1, generator=torch.Generator().manual_seed(1))
-        named = model.checkpoint_parameters()
-        opt = torch.optim.AdamW(
-            [{"params": [q for n, q in named if decays(n)], "weight_decay": 0.1},
-             {"params": [q for n, q in named if not decays(n)], "weight_decay": 0.0}],
-            lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
-        g = torch.Generator().manual_seed(2)
-        x = torch.randint(0, 256, (a.batch, a.seq_len), generator=g)
-        y = torch.randint(0, 256, (a.batch, a.seq_len), generator=g)
+    cfg = Config(d=a.d, L=int(L), n_head=a.n_head, n_kv_head=a.n_kv_head, ffn=a.ffn,
+                 T=a.seq_len, mode=mode, H=a.heads, n_blocks=a.blocks)
+    try:
+        model = MharModel(cfg, seed=1, init="torch")  # the numbers do not change the cost
+    except ConfigError as e:
+        print("bench_step.py: error: %s" % e, file=sys.stderr)
+        return 2
+    has_routing = hasattr(model, "routing")  # mhar_torch before the shared buffer: plain only
+    if has_routing:
+        model.routing = a.routing
+    if cfg.routed:  # open the routing a little, as mhar-toy bench does
+        with torch.no_grad():
+            model.route.q.normal_(0.0, 0.1, generator=torch.Generator().manual_seed(1))
+    named = model.checkpoint_parameters()
+    opt = torch.optim.AdamW(
+        [{"params": [q for n, q in named if decays(n)], "weight_decay": 0.1},
+         {"params": [q for n, q in named if not decays(n)], "weight_decay": 0.0}],
+        lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
+    g = torch.Generator().manual_seed(2)
+    x = torch.randint(0, 256, (a.batch, a.seq_len), generator=g)
+    y = torch.randint(0, 256, (a.batch, a.seq_len), generator=g)
 
-        def step(model=model, opt=opt, x=x, y=y):
-            t0 = time.perf_counter()
-            opt.zero_grad(set_to_none=True)
-            model(x, y).backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            return time.perf_counter() - t0
+    def step() -> float:
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        model(x, y).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return time.perf_counter() - t0
 
-        step()  # warm-up: allocations, the RoPE tables
-        steps[mode] = (step, [])
-    for _ in range(a.repeats):  # interleaved, as mhar-toy bench: a load change hits every mode
-        for mode, (step, times) in steps.items():
-            times.append(step())
-    first = None
-    for mode, (_, times) in steps.items():
-        s = statistics.median(times)
-        first = first or s
-        print("%-10s %10.1f %10.2f %12.0f %11.3f×" % (mode, 1e3 * s, 1 / s,
-                                                      a.batch * a.seq_len / s, s / first))
+    step()  # warm-up: allocations, the RoPE tables
+    times = [step() for _ in range(a.repeats)]
+    routing = (a.routing if has_routing else "plain (only)") if cfg.routed else "-"
+    print(json.dumps({"times": times, "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                      "torch": torch.__version__, "threads": torch.get_num_threads(),
+                      "routing": routing}))
+    return 0
+
+
+def run_child(argv: List[str], a: argparse.Namespace, L: str, mode: str) -> Optional[dict]:
+    env = dict(os.environ)
+    if a.package_dir:
+        env["PYTHONPATH"] = os.path.abspath(a.package_dir) + os.pathsep + env.get("PYTHONPATH", "")
+    p = subprocess.run([sys.executable, os.path.abspath(__file__), *argv, "--child",
+                        "%s,%s" % (L, mode)], env=env, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.stderr.write(p.stderr)
+        return None
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    a = parse_args(argv)
+    if a.child:
+        return child(a)
+    modes, depths = a.modes.split(","), a.layers.split(",")
+    runs = {(L, m): [] for L in depths for m in modes}
+    for _ in range(a.rounds):  # interleaved: every configuration once per round
+        for L in depths:
+            for mode in modes:
+                r = run_child(argv, a, L, mode)
+                if r is None:
+                    return 2
+                runs[(L, mode)].append(r)
+    info = next(iter(runs.values()))[0]
+    print("PyTorch %s, %d thread%s; d=%d T=%d batch %d; median of %d × %d steps, peak RSS of "
+          "each configuration in its own process" % (
+              info["torch"], info["threads"], "" if info["threads"] == 1 else "s", a.d,
+              a.seq_len, a.batch, a.rounds, a.repeats))
+    print("%4s %-10s %-13s %10s %9s %10s %14s %9s" % ("L", "mode", "routing", "ms/step",
+                                                      "steps/s", "÷ first", "peak RSS MiB",
+                                                      "÷ first"))
+    for L in depths:
+        first = None
+        for mode in modes:
+            rs = runs[(L, mode)]
+            s = statistics.median([t for r in rs for t in r["times"]])
+            rss = max(r["maxrss_kib"] for r in rs) / 1024
+            first = first or (s, rss)
+            print("%4s %-10s %-13s %10.1f %9.2f %9.3f× %14.0f %8.3f×" % (
+                L, mode, rs[0]["routing"], 1e3 * s, 1 / s, s / first[0], rss, rss / first[1]))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

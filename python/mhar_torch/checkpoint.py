@@ -4,6 +4,7 @@ read and written with the refusals of tools/checkpoint.cpp."""
 import dataclasses
 import json
 import math
+from typing import Any, Dict, Optional, Tuple
 import os
 
 import numpy as np
@@ -24,7 +25,7 @@ class CheckpointError(Exception):
     prints it and exits with status 2, as mhar-toy does for a usage error)."""
 
 
-def resolve_checkpoint_path(path):
+def resolve_checkpoint_path(path: str) -> str:
     """A run directory stands for its checkpoint.safetensors."""
     path = os.fspath(path)
     return os.path.join(path, "checkpoint.safetensors") if os.path.isdir(path) else path
@@ -37,7 +38,7 @@ def _read(path, what):
         raise CheckpointError("cannot load %s: %s" % (what, e)) from None
 
 
-def param_count(cfg):
+def param_count(cfg: Config) -> int:
     """Scalars a model of this config holds (tools/memory.cpp, param_count)."""
     d, hd, L = cfg.d, cfg.head_dim, cfg.L
     per_layer = 2 * d + d * cfg.n_head * hd * 2 + d * cfg.n_kv_head * hd * 2 + 3 * d * cfg.ffn
@@ -129,7 +130,7 @@ class Checkpoint:
     metadata: dict
 
 
-def load_checkpoint(path, dtype=torch.float32, device=None):
+def load_checkpoint(path: str, dtype: torch.dtype = torch.float32, device=None) -> "Checkpoint":
     """Reads a checkpoint (a file or a run directory) into a MharModel of `dtype`. Refuses, with a
     CheckpointError naming the file, what mhar-toy refuses: not safetensors, another format or
     format version, a bad config, tensors that do not match it (missing, extra, another shape),
@@ -169,7 +170,8 @@ def load_checkpoint(path, dtype=torch.float32, device=None):
     return Checkpoint(cfg, model, step, metadata)
 
 
-def save_checkpoint(path, model, step=0, extra=None):
+def save_checkpoint(path: str, model: MharModel, step: int = 0,
+                    extra: Optional[Dict[str, str]] = None) -> None:
     """Writes `model` as mhar-toy's checkpoint (float32, checkpoint order, config and step in the
     metadata), atomically. `extra`: more metadata (mhar-toy train writes 'seed')."""
     metadata = dict(extra or {})
@@ -180,7 +182,7 @@ def save_checkpoint(path, model, step=0, extra=None):
     st.save(path, tensors, metadata)
 
 
-def save_optimizer(path, cfg, m, v, step):
+def save_optimizer(path: str, cfg: Config, m: Dict[str, Any], v: Dict[str, Any], step: int) -> None:
     """AdamW's moments (dicts name → tensor) as mhar-toy's optimizer.safetensors."""
     tensors = {}
     for prefix, moments in (("m.", m), ("v.", v)):
@@ -190,7 +192,7 @@ def save_optimizer(path, cfg, m, v, step):
                             "step": str(int(step))})
 
 
-def load_optimizer(path, cfg, dtype=torch.float32):
+def load_optimizer(path: str, cfg: Config, dtype: torch.dtype = torch.float32) -> Tuple[Dict[str, Any], Dict[str, Any], int]:
     """(m, v, step) from an optimizer.safetensors, each moment shaped as its parameter."""
     path = os.fspath(path)
     metadata, tensors = _read(path, "optimizer state")
@@ -219,7 +221,7 @@ class GradFile:
     grads: dict
 
 
-def load_grad_file(path):
+def load_grad_file(path: str) -> "GradFile":
     """A `mhar-toy grad` file: the batch, the loss, the parameters and every gradient."""
     path = os.fspath(path)
     metadata, tensors = _read(path, "gradient file")

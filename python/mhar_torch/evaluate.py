@@ -1,12 +1,16 @@
 """The loss `mhar-toy eval` reports, computed by the PyTorch model: the mean cross-entropy over
 the non-overlapping windows of T + 1 bytes (stride T) of the validation tail, B windows a pass."""
 
+from typing import Tuple
+
 import torch
 
 from .data import Corpus, sequential_batch, window_count
+from .model import MharModel
 
 
-def evaluate(model, data_path, val_fraction=0.1, batch=16, max_windows=0, device=None):
+def evaluate(model: MharModel, data_path: str, val_fraction: float = 0.1, batch: int = 16,
+             max_windows: int = 0, device=None) -> Tuple[float, int]:
     """(mean loss in nats per byte, windows) over the held-out tail, as `mhar-toy eval`."""
     T = model.cfg.T
     data = Corpus(data_path, val_fraction, T).val

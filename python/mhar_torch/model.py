@@ -13,21 +13,26 @@ Only how input_j and the final read are formed depends on the mode:
 """
 
 import math
+from typing import Any, List, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import nn
 
 from . import rng as crng
+from .config import Config
 from .routing import depth_route
+from .routing_stack import SourceStack
 
 NORM_EPS = 1e-6
 ROPE_THETA = 10000.0
 NULL_SOURCE = -1  # the primitive index of the null source ν (delta mode)
+ROUTINGS = ("fast", "plain")  # routing_stack.SourceStack (version 2), routing.depth_route (1)
 
 
-def rmsnorm(x, gain, eps=NORM_EPS):
+def rmsnorm(x: torch.Tensor, gain: torch.Tensor, eps: float = NORM_EPS) -> torch.Tensor:
     """x / sqrt(mean_c x² + eps) · gain, over the last dimension."""
     return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * gain
 
@@ -51,7 +56,7 @@ def rope(x, cos, sin):
     return torch.cat([xa * c - xb * s, xa * s + xb * c], dim=-1)
 
 
-def site_groups(cfg, j):
+def site_groups(cfg: Config, j: int) -> List[Tuple[str, List[int]]]:
     """The sources routing site j reads (site 2L is the final read), each as (name, primitives):
     0 = E, k + 1 = out_k, NULL_SOURCE = ν. Mirrors reference/model.cpp, site_groups."""
     def prim_name(k):
@@ -75,7 +80,18 @@ def site_groups(cfg, j):
     return groups
 
 
-def parameter_names(cfg):
+def site_slots(cfg: Config, j: int) -> List[int]:
+    """The slots of the shared source buffer (routing_stack.SourceStack) that site j reads, in
+    site_groups' order. Every slot is written once: attnres and mhar keep slot k = primitive k
+    (0 = E, j + 1 = out_j); block keeps slot 0 = E and slot j + 1 = c_j, the running sum of
+    sub-layer j's block up to out_j, so that a completed block is its last c and the partial sum
+    at site j is c_{j−1}; delta puts ν in slot 0 and shifts the rest by one."""
+    off = 1 if cfg.mode == "delta" else 0
+    return [0 if members == [NULL_SOURCE] else off + members[-1]
+            for _, members in site_groups(cfg, j)]
+
+
+def parameter_names(cfg: Config) -> List[str]:
     """The checkpoint's tensor names in the order of reference/model.h's Params::for_each."""
     names = ["embed"]
     for l in range(cfg.L):
@@ -89,13 +105,13 @@ def parameter_names(cfg):
     return names
 
 
-def decays(name):
+def decays(name: str) -> bool:
     """Whether AdamW's weight decay applies to a tensor: matrices yes; gains, routing, gates no."""
     last = name.rsplit(".", 1)[-1]
     return name == "embed" or last in ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
 
 
-def site_names(cfg):
+def site_names(cfg: Config) -> List[str]:
     """"attn0", "mlp0", …, "final": the rows of route.q and route.g."""
     return ["final" if s == 2 * cfg.L else ("attn" if s % 2 == 0 else "mlp") + str(s // 2)
             for s in range(cfg.n_sites)]
@@ -146,9 +162,14 @@ class MharModel(nn.Module):
     numbers); ``seed=None`` leaves every tensor zero (to be loaded into).
     """
 
-    def __init__(self, cfg, seed=1, dtype=torch.float32, init="mhar"):
+    def __init__(self, cfg: Config, seed: Optional[int] = 1, dtype: torch.dtype = torch.float32,
+                 init: str = "mhar", routing: str = "fast", checkpoint: bool = False) -> None:
         super().__init__()
         self.cfg = cfg.validate()
+        if routing not in ROUTINGS:
+            raise ValueError("routing must be one of %s, got %r" % (", ".join(ROUTINGS), routing))
+        self.routing = routing  # "fast": the shared buffer (routing_stack.py); "plain": depth_route
+        self.checkpoint = checkpoint  # recompute each sub-layer in the backward (not the routing)
         self.embed = nn.Parameter(torch.zeros(cfg.vocab, cfg.d, dtype=dtype))
         self.layers = nn.ModuleList(Layer(cfg, dtype) for _ in range(cfg.L))
         self.final_norm = nn.Parameter(torch.zeros(1, cfg.d, dtype=dtype))
@@ -157,6 +178,8 @@ class MharModel(nn.Module):
         if cfg.mode == "delta":
             self.delta = Delta(cfg, dtype)
         self._groups = [site_groups(cfg, s) for s in range(cfg.n_sites)]
+        self._slots = [site_slots(cfg, s) for s in range(cfg.n_sites)]
+        self._pool = []  # the fast routing's buffers, reused from step to step
         self._rope = {}
         if init not in ("mhar", "torch"):
             raise ValueError("init must be 'mhar' or 'torch', got %r" % (init,))
@@ -165,14 +188,14 @@ class MharModel(nn.Module):
 
     # ---- parameters ---------------------------------------------------------------------------
 
-    def checkpoint_parameters(self):
+    def checkpoint_parameters(self) -> List[Tuple[str, nn.Parameter]]:
         """(name, parameter) in checkpoint order (PyTorch's own named_parameters order differs:
         it lists a module's direct parameters before its children's)."""
         params = dict(self.named_parameters())
         return [(name, params[name]) for name in parameter_names(self.cfg)]
 
     @torch.no_grad()
-    def init_parameters(self, seed, fused=True, torch_rng=False):
+    def init_parameters(self, seed: int, fused: bool = True, torch_rng: bool = False) -> "MharModel":
         """docs/design.md §2: matrices N(0, 0.02²), gains 1, route.q 0, route.g 1, ν and gates 0.
         The matrices are drawn, in checkpoint order and row-major, exactly as mhar-toy draws them
         (std::mt19937_64(seed), std::normal_distribution; mhar_torch.rng), then rounded to float32:
@@ -192,7 +215,7 @@ class MharModel(nn.Module):
         return self
 
     @torch.no_grad()
-    def load_arrays(self, arrays):
+    def load_arrays(self, arrays: Mapping[str, Any]) -> "MharModel":
         """Copies name → array (a checkpoint's or a gradient file's tensors, in any float dtype)
         into the parameters, converting to the model's dtype; every name must be present."""
         for name, p in self.checkpoint_parameters():
@@ -246,12 +269,30 @@ class MharModel(nn.Module):
             srcs.append(total)
         return torch.stack(srcs)
 
-    def hidden(self, tokens, return_weights=False):
-        """The final norm's output [B, T, d] (and, with return_weights, α per site)."""
-        cfg = self.cfg
-        if tokens.dim() != 2 or tokens.shape[1] != cfg.T:
+    def _sublayer(self, j, inp):
+        """out_j = f_j(RMSNorm_j(inp)): attention for even j, the MLP for odd j; with
+        ``checkpoint``, recomputed in the backward instead of kept (torch.utils.checkpoint)."""
+        y = self.layers[j // 2]
+        if j % 2 == 0:
+            f = lambda x: self._attention(y, rmsnorm(x, y.attn_norm[0]))
+        else:
+            f = lambda x: self._mlp(y, rmsnorm(x, y.mlp_norm[0]))
+        if self.checkpoint and torch.is_grad_enabled():
+            return torch.utils.checkpoint.checkpoint(f, inp, use_reentrant=False)
+        return f(inp)
+
+    def _check_tokens(self, tokens):
+        if tokens.dim() != 2 or tokens.shape[1] != self.cfg.T:
             raise ValueError("model: tokens must be B × T = B × %d, got %s"
-                             % (cfg.T, tuple(tokens.shape)))
+                             % (self.cfg.T, tuple(tokens.shape)))
+
+    def hidden(self, tokens: torch.Tensor, return_weights: bool = False):
+        """The final norm's output [B, T, d] (and, with return_weights, α per site, computed by
+        the plain routing whatever ``routing`` says)."""
+        self._check_tokens(tokens)
+        if self.cfg.routed and self.routing == "fast" and not return_weights:
+            return self._hidden_fast(tokens)
+        cfg = self.cfg
         H = cfg.route_heads
         stream = cfg.mode in ("residual", "delta")
         weights = []
@@ -265,17 +306,13 @@ class MharModel(nn.Module):
         x = F.embedding(tokens, self.embed)  # E[tokens]
         prims, h = [x], x
         for j in range(2 * cfg.L):
-            y = self.layers[j // 2]
             if cfg.mode == "residual":
                 inp = h
             elif cfg.mode == "delta":
                 inp = h + self.delta.gate[0, j] * route(j)
             else:
                 inp = route(j)
-            if j % 2 == 0:
-                out = self._attention(y, rmsnorm(inp, y.attn_norm[0]))
-            else:
-                out = self._mlp(y, rmsnorm(inp, y.mlp_norm[0]))
+            out = self._sublayer(j, inp)
             if stream:
                 h = h + out
             prims.append(out)
@@ -283,7 +320,35 @@ class MharModel(nn.Module):
         normed = rmsnorm(final, self.final_norm[0])
         return (normed, weights) if return_weights else normed
 
-    def forward(self, tokens, targets=None):
+    def _hidden_fast(self, tokens):
+        """hidden() with the sources in one shared buffer (site_slots): each slot written once,
+        each site reading its slots in place (routing_stack.py)."""
+        cfg = self.cfg
+        per = 2 * cfg.layers_per_block
+        x = F.embedding(tokens, self.embed)
+        stack = SourceStack(self.route.q, self.route.g, cfg.route_heads, self._slots, x,
+                            pool=self._pool)
+        if cfg.mode == "delta":
+            stack.write(self.delta.null[0].expand_as(x))  # ν
+        stack.write(x)
+        h, c = x, None
+        for j in range(2 * cfg.L):
+            if cfg.mode == "delta":
+                inp = h + self.delta.gate[0, j] * stack.read(j)
+            else:
+                inp = stack.read(j)
+            out = self._sublayer(j, inp)
+            if cfg.mode == "delta":
+                h = h + out
+            if cfg.mode in ("attnres", "mhar"):
+                stack.write(out)
+            elif j < 2 * cfg.L - 1 or cfg.mode == "block":  # delta's last block has no reader
+                c = out if j % per == 0 else c + out  # c_j: the block's running sum
+                stack.write(c)
+        final = h if cfg.mode == "delta" else stack.read(2 * cfg.L)
+        return rmsnorm(final, self.final_norm[0])
+
+    def forward(self, tokens: torch.Tensor, targets: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Logits [B, T, vocab] (tied head: RMSNorm_final(final) · Eᵀ), or with targets the mean
         cross-entropy over all B · T positions."""
         logits = self.hidden(tokens) @ self.embed.t()
@@ -291,7 +356,7 @@ class MharModel(nn.Module):
             return logits
         return F.cross_entropy(logits.reshape(-1, self.cfg.vocab), targets.reshape(-1))
 
-    def routing_weights(self, tokens):
+    def routing_weights(self, tokens: torch.Tensor) -> List[torch.Tensor]:
         """α per routing site: a list of [N_s, B, T, H] tensors (site order: attn0, mlp0, …)."""
         with torch.no_grad():
             return self.hidden(tokens, return_weights=True)[1]

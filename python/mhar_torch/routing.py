@@ -13,13 +13,17 @@ as H slices of K). With q = 0 a site is the plain mean of its sources. The backw
 autograd; the tests hold it to the reference's hand-written one (tools: `mhar-toy grad`).
 """
 
+from typing import Sequence, Tuple, Union
+
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 ROUTING_EPS = 1e-6
 
 
-def depth_route(sources, q, g, heads, eps=ROUTING_EPS, return_weights=False):
+def depth_route(sources: Union[Tensor, Sequence[Tensor]], q: Tensor, g: Tensor, heads: int,
+                eps: float = ROUTING_EPS, return_weights: bool = False
+                ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Routes over `sources` (a sequence of tensors of shape [..., d], or one tensor [N, ..., d]).
 
     Returns out [..., d], and with return_weights also α [N, ..., H].
@@ -45,7 +49,7 @@ class DepthRouting(nn.Module):
     Use it in any model in place of a residual add: out = site([x_0, x_1, …, x_{n−1}]).
     """
 
-    def __init__(self, d, heads=1, eps=ROUTING_EPS):
+    def __init__(self, d: int, heads: int = 1, eps: float = ROUTING_EPS) -> None:
         super().__init__()
         if heads < 1 or d % heads != 0:
             raise ValueError("DepthRouting: heads = %d must divide d = %d" % (heads, d))
@@ -53,8 +57,9 @@ class DepthRouting(nn.Module):
         self.q = nn.Parameter(torch.zeros(d))  # zero-init: a fresh site is the mean
         self.g = nn.Parameter(torch.ones(d))
 
-    def forward(self, sources, return_weights=False):
+    def forward(self, sources: Union[Tensor, Sequence[Tensor]], return_weights: bool = False
+                ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
         return depth_route(sources, self.q, self.g, self.heads, self.eps, return_weights)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return "d=%d, heads=%d" % (self.q.shape[0], self.heads)

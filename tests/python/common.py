@@ -1,44 +1,27 @@
-"""Shared by the py: tests: the torch check (exit 77 = SKIPPED, never a pass), paths, running
-mhar-toy, and the per-tensor relative error."""
+"""Shared by the py: tests: the torch check, paths, running commands, and the per-tensor relative
+error."""
 
 import os
 import subprocess
 import sys
 
-SKIP = 77  # ctest SKIP_RETURN_CODE
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 PYTHON_DIR = os.path.join(REPO, "python")
 CORPUS = os.path.join(REPO, "data", "tinyshakespeare.txt")
+TRAIN_DDP = [sys.executable, os.path.join(PYTHON_DIR, "train_ddp.py")]  # mhar-train-ddp
 
 
-def need_torch():
-    """Imports torch or exits with SKIP, saying why."""
+def torch_missing():
+    """None where torch and NumPy import, else why not (the reason a skipped test gives)."""
     try:
         import torch  # noqa: F401
         import numpy  # noqa: F401
     except Exception as e:  # ImportError, or a broken install raising something else
-        print("SKIPPED: PyTorch (or NumPy) cannot be imported by %s: %s: %s. Install Debian's "
-              "python3-torch and python3-numpy (scripts/setup.sh) to run this test."
-              % (sys.executable, type(e).__name__, e))
-        sys.exit(SKIP)
-    if PYTHON_DIR not in sys.path:
-        sys.path.insert(0, PYTHON_DIR)
-
-
-def start(doc):
-    """The start of every test that runs mhar-toy: argv is `TOY WORKDIR`. Checks torch (SKIP
-    without it), empties WORKDIR and returns (toy, work); on a wrong argv prints `doc` and exits
-    2."""
-    if len(sys.argv) != 3:
-        print(doc)
-        sys.exit(2)
-    need_torch()
-    import shutil
-    toy, work = sys.argv[1], sys.argv[2]
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
-    return toy, work
+        return ("PyTorch (or NumPy) cannot be imported by %s: %s: %s. Install Debian's "
+                "python3-torch and python3-numpy (scripts/setup.sh) to run this test."
+                % (sys.executable, type(e).__name__, e))
+    return None
 
 
 def run(cmd, cwd=None, env=None, timeout=600, expect=0):

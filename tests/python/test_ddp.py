@@ -1,10 +1,8 @@
-"""py:ddp — python/train_ddp.py under torchrun: 2 processes (gloo, loopback only) take the steps
-one process takes on the same global batch, to float rounding; a stopped run resumes exactly;
-the result opens in `mhar-toy eval` (PyTorch's loss) and `mhar-toy heatmap`, and `mhar-toy train
---resume` continues it.
-
-Usage: test_ddp.py MHAR_TOY WORKDIR
-"""
+"""py:ddp — mhar-train-ddp (python/train_ddp.py) under torchrun, with the default routing (the
+shared source buffer): 2 processes (gloo, loopback only) take the steps one process takes on the
+same global batch, to float rounding; a stopped run resumes exactly; the result opens in
+`mhar-toy eval` (PyTorch's loss) and `mhar-toy heatmap`, and `mhar-toy train --resume` continues
+it."""
 
 import json
 import os
@@ -12,14 +10,14 @@ import socket
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
+import common
 
 STEPS = 4
 FLAGS = ["--mode", "mhar", "--heads", "4", "--d", "16", "--layers", "2", "--n-head", "2",
          "--n-kv-head", "1", "--ffn", "24", "--seq-len", "16", "--steps", str(STEPS), "--batch",
          "4", "--lr", "0.01", "--warmup", "1", "--eval-every", str(STEPS), "--eval-batches", "2",
-         "--ckpt-every", "2", "--seed", "7", "--data", common.CORPUS, "--log-every", "1"]
+         "--ckpt-every", "2", "--seed", "7", "--data", common.CORPUS, "--log-every", "1",
+         "--routing", "fast"]
 LOSS_TOL = 1e-5    # relative, per step: float32 sums in another order
 PARAM_TOL = 1e-5   # absolute, largest over all parameters after STEPS steps
 EVAL_TOL = 1e-5    # relative: mhar-toy eval (C++ float32) against PyTorch float32
@@ -42,14 +40,13 @@ def params(run_dir):
     return ck, {n: p.detach().numpy().copy() for n, p in ck.model.checkpoint_parameters()}
 
 
-def main():
-    toy, work = common.start(__doc__)
+def test_two_processes_take_one_process_steps(toy, work):
     import numpy as np
     from mhar_torch.evaluate import evaluate
 
     env = common.torch_env(threads=1)
     env["GLOO_SOCKET_IFNAME"] = "lo"  # loopback only
-    train = [sys.executable, os.path.join(common.PYTHON_DIR, "train_ddp.py")]
+    train = common.TRAIN_DDP
     failures = []
 
     one, two = os.path.join(work, "one"), os.path.join(work, "two")
@@ -175,14 +172,4 @@ def main():
     else:
         print("mhar-toy train --resume continued the PyTorch run to step %d" % (STEPS + 2))
 
-    if failures:
-        print("\nFAILED (%d):" % len(failures))
-        for f in failures:
-            print("  " + f)
-        return 1
-    print("\nDDP (2 processes) equals 1 process; resume is exact; mhar-toy opens the run")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    assert not failures, "\n".join(failures)

@@ -4,17 +4,16 @@ Same flags, same seed: the initialisation and the batches are mhar-toy's (bit fo
 py:grad-equality), the schedule is the same (warmup + cosine, AdamW β = (0.9, 0.95), decay on
 matrices only, clipping; the clip is tight enough here to act), so the float32 losses, gradient
 norms and learning rates of the two runs agree per step to float rounding, and so do the
-parameters at the end.
-
-Usage: test_train_vs_toy.py MHAR_TOY WORKDIR
+parameters at the end. With either routing of the PyTorch model (the shared-buffer "fast" one,
+the default, and the plain reference).
 """
 
 import json
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
+import pytest
+
+import common
 
 FLAGS = ["--mode", "block", "--heads", "4", "--d", "16", "--layers", "3", "--blocks", "2",
          "--n-head", "2", "--n-kv-head", "1", "--ffn", "24", "--seq-len", "16", "--steps", "6",
@@ -24,24 +23,24 @@ TOL = 1e-4  # relative per step, and absolute on the parameters
 BF16_TOL = 3e-2  # relative per step: --autocast bf16 against mhar-toy's float32
 
 
-def main():
-    toy, work = common.start(__doc__)
+@pytest.mark.parametrize("routing", ["fast", "plain"])
+def test_same_steps_as_mhar_toy(toy, work, routing):
     from mhar_torch import load_checkpoint
 
     a, b = os.path.join(work, "mhar-toy"), os.path.join(work, "torch")
     common.run([toy, "train", *FLAGS, "--heatmap-every", "0", "--format", "svg", "--quiet",
                 "--threads", "1", "--out", a])
-    common.run([sys.executable, os.path.join(common.PYTHON_DIR, "train_ddp.py"), *FLAGS,
-                "--quiet", "--out", b], env=common.torch_env(threads=1))
+    flags = FLAGS + ["--quiet", "--routing", routing]
+    common.run(common.TRAIN_DDP + flags + ["--out", b], env=common.torch_env(threads=1))
     c = os.path.join(work, "torch-bf16")
-    common.run([sys.executable, os.path.join(common.PYTHON_DIR, "train_ddp.py"), *FLAGS,
-                "--quiet", "--autocast", "bf16", "--out", c], env=common.torch_env(threads=1))
+    common.run(common.TRAIN_DDP + flags + ["--autocast", "bf16", "--out", c],
+               env=common.torch_env(threads=1))
     rows = []
     for d in (a, b, c):
         with open(os.path.join(d, "metrics.jsonl")) as f:
             rows.append([json.loads(l) for l in f if l.strip()])
     failures = []
-    print("step  loss mhar-toy   loss PyTorch   rel diff   grad norm rel   lr equal  val rel")
+    print("\nstep  loss mhar-toy   loss PyTorch   rel diff   grad norm rel   lr equal  val rel")
     for x, y in zip(rows[0], rows[1]):
         rel = abs(x["train_loss"] - y["train_loss"]) / x["train_loss"]
         grel = abs(x["grad_norm"] - y["grad_norm"]) / x["grad_norm"]
@@ -72,14 +71,4 @@ def main():
     print("largest parameter difference after 6 steps: %.3e (in '%s')" % (worst, name))
     if not worst <= TOL:
         failures.append("parameters differ by %.3g in '%s'" % (worst, name))
-    if failures:
-        print("\nFAILED (%d):" % len(failures))
-        for f in failures:
-            print("  " + f)
-        return 1
-    print("\nPyTorch and mhar-toy take the same steps")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    assert not failures, "\n".join(failures)

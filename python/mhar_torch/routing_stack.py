@@ -1,0 +1,273 @@
+"""Depth routing over one shared source buffer: version 2 of the twin's routing (version 1, the
+readable reference, is routing.py's ``depth_route``). The same function, docs/design.md §1, steps
+(1)–(4); what changes is where the sources live and what autograd keeps:
+
+- The sources live in one buffer [slots, B, T, d]: each slot is written once per forward (sub-layer
+  j writes slot j + 1), and a site reads its slots where they are, never stacked or copied.
+- Steps (1) and (2) depend on one source and one site's q ⊙ g only, so when a source is written its
+  RMS r_i and its un-scaled logits kp_i = Σ_{c∈h} q_c g_c S_i[c] at every later site are computed
+  at once, one batched product per head (docs/design.md §4, "Across sites, forward"). A site's
+  forward is then the softmax over r_i · kp_i and one weighted sum over its sources. Saved for the
+  backward: α (N × P × H) per site, r (P) and kp (readers × P × H) per source; no key tensor, no
+  stack, no product.
+- The backward runs one source at a time (docs/design.md §4, "Across sites"): a site's backward
+  adds its value term α_i · dout into the shared gradient buffer and keeps its dz (N × P × H); the
+  write of slot i, reached by autograd after every site that read slot i, adds the key and RMS terms
+  of all those sites at once (batched products again) and returns the source's whole gradient.
+
+Why the in-place writes stay correct. The buffers are plain tensors that autograd never sees (no
+``save_for_backward``, so no version counter to trip or to silence); correctness rests on three
+rules, each asserted at run time:
+  1. a slot is written once per forward, before any site reads it (``write`` refuses a second
+     write; ``read`` refuses an unwritten slot), and each forward owns its buffers until its graph
+     is freed: a ``SourceStack`` takes them from ``pool`` only once the stack that had them is
+     gone (``_Buffers.__del__`` hands them back: no node of any graph refers to them any more),
+     else allocates new ones; so what a backward reads is what its forward wrote;
+  2. autograd runs the backward of slot i's write after the backward of every site that read it:
+     each write and each read takes the previous write's ``link`` (an empty tensor) as an input, so
+     slot i's write is an ancestor of every later site in the graph; the write's backward asserts
+     that all of its readers have passed their gradient;
+  3. the first gradient a slot receives in a backward is written, later ones added (``fresh``);
+     the write's backward takes the slot's sum and marks it fresh again, so a second backward
+     (``retain_graph=True``) starts clean, and a pooled buffer needs no zeroing.
+
+Under ``torch.no_grad`` only the forwards run. Under ``torch.utils.checkpoint``, checkpoint the
+sub-layers, not the routing (which saves little): a recomputed ``write`` would write its slot twice.
+Plain PyTorch ops only, so the same code runs on the CPU and on CUDA devices.
+"""
+
+from typing import List, Optional, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from .routing import ROUTING_EPS
+
+
+class SourceStack:
+    """One forward's shared source buffer for a stack of routing sites.
+
+    sites: per site, the slots it reads, in source order. q, g: sites × d (one row per site).
+    ``write(x)`` fills the next slot; ``read(s)`` routes site s over its slots. pool: a list the
+    module keeps, through which later forwards reuse the buffers (allocating [slots, B, T, d]
+    afresh every step costs page faults), or None.
+    """
+
+    def __init__(self, q: Tensor, g: Tensor, heads: int, sites: Sequence[Sequence[int]],
+                 like: Tensor, eps: float = ROUTING_EPS, pool: Optional[list] = None) -> None:
+        d = q.shape[-1]
+        if heads < 1 or d % heads != 0:
+            raise ValueError("routing: H = %d must divide d = %d" % (heads, d))
+        if like.shape[-1] != d or q.shape != g.shape or q.shape[0] != len(sites):
+            raise ValueError("routing: q and g must be sites × d = %d × %d, sources [..., %d]"
+                             % (len(sites), d, d))
+        # The autograd nodes hold `_Buffers`, never this object: it holds the latest link, whose
+        # node would otherwise hold it back (a reference cycle through the graph that Python's
+        # collector does not see, keeping every step's buffers alive).
+        self.bufs = _Buffers(q, g, heads, sites, like, eps, pool)
+        self.written = 0
+        self.link: Optional[Tensor] = None
+
+    def write(self, x: Tensor) -> None:
+        """Fills the next slot with x [B, T, d] (slot 0 first)."""
+        b = self.bufs
+        if self.written >= b.buf.shape[0]:
+            raise RuntimeError("routing: every slot of the source buffer is already written")
+        self.link = _Write.apply(x, self.link, b.q, b.g, b, self.written)
+        self.written += 1
+
+    def read(self, site: int) -> Tensor:
+        """Site `site`'s output [B, T, d]: the routing over its slots."""
+        need = max(self.bufs.sites[site])
+        if need >= self.written:
+            raise RuntimeError("routing: site %d reads slot %d, which is not written yet"
+                               % (site, need))
+        return _Read.apply(self.link, self.bufs, site)
+
+
+class _Buffers:
+    """What the autograd nodes share: the sources, their gradients, r, kp, dz and the plan."""
+
+    def __init__(self, q, g, heads, sites, like, eps, pool):
+        self.q, self.g, self.heads, self.eps = q, g, heads, eps
+        self.sites = [list(s) for s in sites]
+        n_slots = 1 + max(max(s) for s in self.sites)
+        self.shape = tuple(like.shape)  # B × T × d
+        d = like.shape[-1]
+        self.P = like.numel() // d
+        self.pool = pool
+        size = (n_slots, self.P, d)
+        for k, (buf, grad) in enumerate(pool or []):
+            if buf.shape == size and buf.dtype == like.dtype and buf.device == like.device:
+                self.buf, self.grad = pool.pop(k)
+                break
+        else:
+            self.buf = torch.empty(size, dtype=like.dtype, device=like.device)
+            self.grad = torch.empty_like(self.buf)  # per slot: Σ over readers of α_i dout
+        self.fresh = [True] * n_slots  # slot's gradient not yet written in this backward
+        self.readers = [[s for s, slots in enumerate(self.sites) if k in slots]
+                        for k in range(n_slots)]
+        self.rms: List[Optional[Tensor]] = [None] * n_slots  # per slot: r, P
+        self.kp: List[Optional[Tensor]] = [None] * n_slots   # per slot: readers × P × H
+        self.dz: List[Optional[Tensor]] = [None] * len(self.sites)  # per site: N × P × H
+        self.pending = [0] * n_slots  # per slot: readers whose backward has not run yet
+
+    def __del__(self):
+        if self.pool is not None and len(self.pool) < 2:
+            self.pool.append((self.buf, self.grad))
+
+
+def _qg(stack: "_Buffers", rows: List[int]) -> Tensor:
+    """(q ⊙ g) of the given sites, as rows × H × K."""
+    K = stack.q.shape[-1] // stack.heads
+    return (stack.q[rows] * stack.g[rows]).detach().view(len(rows), stack.heads, K)
+
+
+class _Write(torch.autograd.Function):
+    """Writes one slot; its backward gathers that source's whole gradient."""
+
+    @staticmethod
+    def forward(ctx, x, link, q, g, stack, slot):
+        ctx.stack, ctx.slot = stack, slot
+        S = stack.buf[slot]  # P × d
+        with torch.no_grad(), _no_autocast(x):
+            S.copy_(x.reshape(S.shape))
+            rows = stack.readers[slot]
+            d, H = S.shape[-1], stack.heads
+            # (1)  r_i = 1 / sqrt((1/d) Σ_c S_i[c]² + eps)
+            stack.rms[slot] = torch.rsqrt(S.pow(2).mean(dim=-1) + stack.eps)
+            # (2) without r_i: kp_i[s, h] = Σ_{c∈h} (q_s g_s)_c S_i[c], per head [P, K] · [K, readers]
+            qg, K = _qg(stack, rows), d // H
+            kp = torch.stack([S[:, h * K:(h + 1) * K] @ qg[:, h].t() for h in range(H)], dim=-1)
+            stack.kp[slot] = kp.transpose(0, 1).contiguous()  # readers × P × H
+        stack.pending[slot] = len(stack.readers[slot])
+        ctx.x_dtype = x.dtype
+        return S.new_empty(0)
+
+    @staticmethod
+    def backward(ctx, _dlink):
+        stack, i = ctx.stack, ctx.slot
+        if stack.pending[i] != 0:
+            raise RuntimeError("routing: slot %d's gradient taken before %d of its readers"
+                               % (i, stack.pending[i]))
+        stack.pending[i] = len(stack.readers[i])
+        rows = stack.readers[i]
+        S, P, d = stack.buf[i], stack.P, stack.buf.shape[-1]
+        H = stack.heads
+        dS = torch.zeros_like(S) if stack.fresh[i] else stack.grad[i].clone()
+        stack.fresh[i] = True
+        dq = dg = None
+        if rows:
+            # dz of every reader for this source, and r_i dz (the factor of both key terms)
+            dz = torch.stack([stack.dz[s][stack.sites[s].index(i)] for s in rows])  # m × P × H
+            r, qg, K = stack.rms[i], _qg(stack, rows), d // H
+            w = (dz * r[None, :, None]).permute(2, 0, 1).contiguous()  # r_i dz: H × m × P
+            # dS_i −= (r_i³/d) (Σ_c u_i[c] S_i[c]) S_i, with Σ_c u_i S_i = Σ_h dz kp  (RMS, (1))
+            beta = -(r.pow(3) / d) * (dz * stack.kp[i]).sum(dim=(0, 2))
+            dS.addcmul_(beta[:, None], S)
+            M = torch.empty((len(rows), d), dtype=S.dtype, device=S.device)
+            for h in range(H):
+                cols = slice(h * K, (h + 1) * K)
+                # dS_i += r_i u_i = Σ_s r_i dz_s[h(c)] (q_s g_s)_c            (key, step (2))
+                dS[:, cols].addmm_(w[h].t(), qg[:, h])
+                # M_s[c] = Σ_p r_i dz_s[h(c)] S_i[c], for dq_s = g_s ⊙ M_s, dg_s = q_s ⊙ M_s  ((2))
+                torch.mm(w[h], S[:, cols], out=M[:, cols])
+            q, g = stack.q.detach(), stack.g.detach()
+            if ctx.needs_input_grad[2]:
+                dq = torch.zeros_like(q)
+                dq[rows] = g[rows] * M
+            if ctx.needs_input_grad[3]:
+                dg = torch.zeros_like(g)
+                dg[rows] = q[rows] * M
+        return dS.view(stack.shape).to(ctx.x_dtype), None, dq, dg, None, None
+
+
+class _Read(torch.autograd.Function):
+    """Routes one site over its slots; saves only α."""
+
+    @staticmethod
+    def forward(ctx, link, stack, site):
+        ctx.stack, ctx.site = stack, site
+        slots = stack.sites[site]
+        d, H = stack.buf.shape[-1], stack.heads
+        with torch.no_grad(), _no_autocast(stack.buf):
+            # (3)  α_i[h] = softmax over i of z_i[h] = r_i kp_i[h]
+            z = torch.stack([stack.rms[i][:, None] * stack.kp[i][stack.readers[i].index(site)]
+                             for i in slots])
+            alpha = torch.softmax(z, dim=0)  # N × P × H
+            # (4)  out[c] = Σ_i α_i[h(c)] S_i[c]
+            S = [stack.buf[i].view(stack.P, H, d // H) for i in slots]
+            out = alpha[0].unsqueeze(-1) * S[0]
+            for n in range(1, len(slots)):
+                out.addcmul_(alpha[n].unsqueeze(-1), S[n])
+        ctx.alpha = alpha
+        return out.view(stack.shape)
+
+    @staticmethod
+    def backward(ctx, dout):
+        stack, site, alpha = ctx.stack, ctx.site, ctx.alpha
+        slots = stack.sites[site]
+        d, H, P = stack.buf.shape[-1], stack.heads, stack.P
+        dout = dout.reshape(P, H, d // H).to(stack.buf.dtype)
+        # a_i[h] = Σ_{c∈h} dout[c] S_i[c]      (∂loss/∂α_i[h])
+        a = torch.empty_like(alpha)
+        prod = torch.empty_like(dout)
+        for n, i in enumerate(slots):
+            torch.mul(stack.buf[i].view(P, H, d // H), dout, out=prod)
+            torch.sum(prod, dim=-1, out=a[n])
+        # dz_i = α_i (a_i − D), D = Σ_j α_j a_j      (softmax Jacobian, step (3))
+        stack.dz[site] = alpha * (a - (alpha * a).sum(dim=0))
+        # dS_i += α_i[h(c)] dout[c]                 (value, step (4))
+        for n, i in enumerate(slots):
+            gi = stack.grad[i].view(P, H, d // H)
+            if stack.fresh[i]:
+                torch.mul(alpha[n].unsqueeze(-1), dout, out=gi)
+                stack.fresh[i] = False
+            else:
+                gi.addcmul_(alpha[n].unsqueeze(-1), dout)
+            stack.pending[i] -= 1
+        return None, None, None
+
+
+class _no_autocast:
+    """Runs the routing in the buffer's dtype, whatever autocast the caller has on."""
+
+    def __init__(self, t: Tensor) -> None:
+        self.ctx = torch.autocast(device_type=t.device.type, enabled=False)
+
+    def __enter__(self):
+        return self.ctx.__enter__()
+
+    def __exit__(self, *exc):
+        return self.ctx.__exit__(*exc)
+
+
+class DepthRoutingStack(nn.Module):
+    """Every routing site of a model, with the shared source buffer: q (zeros) and g (ones) as
+    sites × d, site s reading slots [0, s] (attnres / mhar: slot 0 the embedding, slot j + 1 the
+    output of sub-layer j). Per forward, ``sources(x0)`` starts a ``SourceStack``:
+
+        stack = routing.sources(x)          # slot 0 = x
+        for j, f in enumerate(sublayers):
+            stack.write(f(stack.read(j)))   # site j reads slots 0..j, f's output is slot j + 1
+        y = stack.read(len(sublayers))      # the final read
+    """
+
+    def __init__(self, d: int, sites: int, heads: int = 1, eps: float = ROUTING_EPS) -> None:
+        super().__init__()
+        if heads < 1 or d % heads != 0:
+            raise ValueError("DepthRoutingStack: heads = %d must divide d = %d" % (heads, d))
+        self.heads, self.eps = heads, eps
+        self.q = nn.Parameter(torch.zeros(sites, d))  # zero-init: a fresh site is the mean
+        self.g = nn.Parameter(torch.ones(sites, d))
+        self._pool: list = []
+
+    def sources(self, x0: Tensor) -> SourceStack:
+        stack = SourceStack(self.q, self.g, self.heads,
+                            [list(range(s + 1)) for s in range(self.q.shape[0])], x0, self.eps,
+                            self._pool)
+        stack.write(x0)
+        return stack
+
+    def extra_repr(self) -> str:
+        return "sites=%d, d=%d, heads=%d" % (self.q.shape[0], self.q.shape[1], self.heads)
