@@ -89,18 +89,21 @@ def child(a: argparse.Namespace) -> int:
     step()  # warm-up: allocations, the RoPE tables
     times = [step() for _ in range(a.repeats)]
     routing = (a.routing if has_routing else "plain (only)") if cfg.routed else "-"
+    import mhar_torch
     print(json.dumps({"times": times, "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                       "torch": torch.__version__, "threads": torch.get_num_threads(),
-                      "routing": routing}))
+                      "routing": routing, "package": os.path.dirname(mhar_torch.__file__)}))
     return 0
 
 
 def run_child(argv: List[str], a: argparse.Namespace, L: str, mode: str) -> Optional[dict]:
-    env = dict(os.environ)
-    if a.package_dir:
-        env["PYTHONPATH"] = os.path.abspath(a.package_dir) + os.pathsep + env.get("PYTHONPATH", "")
-    p = subprocess.run([sys.executable, os.path.abspath(__file__), *argv, "--child",
-                        "%s,%s" % (L, mode)], env=env, capture_output=True, text=True)
+    env, python = dict(os.environ), [sys.executable]
+    if a.package_dir:  # first on the path: -P keeps this file's folder (and its mhar_torch) off
+        env["PYTHONPATH"] = os.pathsep.join([os.path.abspath(a.package_dir),
+                                             os.path.dirname(os.path.abspath(__file__))])
+        python.append("-P")
+    p = subprocess.run(python + [os.path.abspath(__file__), *argv, "--child", "%s,%s" % (L, mode)],
+                       env=env, capture_output=True, text=True)
     if p.returncode != 0:
         sys.stderr.write(p.stderr)
         return None
@@ -112,6 +115,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     a = parse_args(argv)
     if a.child:
         return child(a)
+    if a.package_dir and sys.version_info < (3, 11):
+        print("bench_step.py: error: --package-dir needs Python 3.11 or later (python -P)",
+              file=sys.stderr)
+        return 2
     modes, depths = a.modes.split(","), a.layers.split(",")
     runs = {(L, m): [] for L in depths for m in modes}
     for _ in range(a.rounds):  # interleaved: every configuration once per round
@@ -123,9 +130,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                 runs[(L, mode)].append(r)
     info = next(iter(runs.values()))[0]
     print("PyTorch %s, %d thread%s; d=%d T=%d batch %d; median of %d × %d steps, peak RSS of "
-          "each configuration in its own process" % (
+          "each configuration in its own process; mhar_torch from %s" % (
               info["torch"], info["threads"], "" if info["threads"] == 1 else "s", a.d,
-              a.seq_len, a.batch, a.rounds, a.repeats))
+              a.seq_len, a.batch, a.rounds, a.repeats, info["package"]))
     print("%4s %-10s %-13s %10s %9s %10s %14s %9s" % ("L", "mode", "routing", "ms/step",
                                                       "steps/s", "÷ first", "peak RSS MiB",
                                                       "÷ first"))

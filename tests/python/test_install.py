@@ -54,4 +54,21 @@ def test_import_from_outside(venv, module):
                             "import %s; print(%s.__file__)" % (module, module)],
                            cwd=outside, env=clean_env())
     print("\nimport %s: %s" % (module, out.strip()))
-    assert out.strip().startswith(v) and common.REPO not in out
+    assert out.strip().startswith(v) and not out.strip().startswith(common.PYTHON_DIR)
+
+
+def test_harness_skips_without_torch_and_fails_on_no_tests(tmp_path):
+    """What ctest sees: with a torch that cannot be imported every case skips, naming why, and
+    pytest exits 77 (SKIPPED); a run that collects no test exits 5, which ctest counts as failed."""
+    fake = tmp_path / "torch"
+    fake.mkdir()
+    (fake / "__init__.py").write_text('raise ImportError("simulated: no torch")\n')
+    pytest_cmd = [sys.executable, "-m", "pytest", "-c", os.path.join(common.HERE, "pytest.ini"),
+                  "--rootdir", common.HERE, os.path.join(common.HERE, "test_routing.py"), "-rs"]
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    rc, out, _ = common.run(pytest_cmd, env=env, expect=None)
+    print("\nwithout torch: exit %d, %s" % (rc, out.strip().splitlines()[-1]))
+    assert rc == 77 and "simulated: no torch" in out and "passed" not in out
+    rc, out, _ = common.run(pytest_cmd + ["-k", "no_such_case"], expect=None)
+    print("no test collected: exit %d" % rc)
+    assert rc == 5

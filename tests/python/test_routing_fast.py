@@ -223,3 +223,36 @@ def test_two_graphs_alive_at_once():
     worst = max(rel(sums["fast"][n], sums["plain"][n]) for n in sums["plain"])
     print("\naccumulated over 3 steps, 2 graphs alive at once: worst gradient rel %.1e" % worst)
     assert worst <= TOL
+
+
+def test_depth_routing_stack_module():
+    """DepthRoutingStack as docs/pytorch.md drops it into a nanoGPT-style model: sites 2L + 1,
+    ``sources(x)``, read / write per sub-layer; equal to depth_route site by site; a site with
+    one source returns it."""
+    import torch
+    from torch import nn
+    from mhar_torch import DepthRoutingStack, depth_route
+
+    torch.manual_seed(3)
+    d, L = 8, 2
+    subs = nn.ModuleList(nn.Sequential(nn.LayerNorm(d), nn.Linear(d, d)) for _ in range(2 * L))
+    route = DepthRoutingStack(d, sites=2 * L + 1, heads=2).double()
+    subs.double()
+    with torch.no_grad():
+        route.q.normal_()
+    x = torch.randn(2, 5, d, dtype=torch.float64)
+
+    stack = route.sources(x)
+    for j, f in enumerate(subs):
+        stack.write(f(stack.read(j)))
+    fast = stack.read(2 * L)
+    srcs = [x]
+    for j, f in enumerate(subs):
+        srcs.append(f(depth_route(srcs, route.q[j], route.g[j], 2)))
+    plain = depth_route(srcs, route.q[2 * L], route.g[2 * L], 2)
+    gf = torch.autograd.grad(fast.sum(), [route.q, route.g, *subs.parameters()])
+    gp = torch.autograd.grad(plain.sum(), [route.q, route.g, *subs.parameters()])
+    assert rel(fast, plain) <= TOL
+    assert max(rel(a, b) for a, b in zip(gf, gp)) <= TOL
+    fresh = DepthRoutingStack(d, sites=1).double().sources(x).read(0)
+    assert torch.equal(fresh, x)
