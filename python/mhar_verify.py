@@ -36,6 +36,7 @@ what fed the case.
 
 import argparse
 import importlib
+import importlib.machinery
 import importlib.util
 import json
 import os
@@ -136,20 +137,34 @@ def as_stored(x):
 
 # ---- running an implementation ----------------------------------------------------------------
 
+def import_from_cwd(name):
+    """Imports module `name` as `python -m` would, the current folder first (the `mhar-verify`
+    console script's import path lacks it), without changing sys.path."""
+    top = name.split(".")[0]
+    spec = None
+    if top not in sys.modules:
+        spec = importlib.machinery.PathFinder.find_spec(top, [os.getcwd()])
+    if spec is not None:
+        sys.modules[top] = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(sys.modules[top])
+        except BaseException:
+            del sys.modules[top]
+            raise
+    return importlib.import_module(name)
+
+
 def load_callable(spec, what):
     if ":" not in spec:
         die(f"{what} '{spec}' must be MODULE:FUNCTION")
     mod_name, fn_name = spec.rsplit(":", 1)
-    for p in (os.getcwd(), HERE):
-        if p not in sys.path:
-            sys.path.insert(0, p)
     try:
         if mod_name.endswith(".py") or os.sep in mod_name:
             s = importlib.util.spec_from_file_location(os.path.basename(mod_name)[:-3], mod_name)
             mod = importlib.util.module_from_spec(s)
             s.loader.exec_module(mod)
         else:
-            mod = importlib.import_module(mod_name)
+            mod = import_from_cwd(mod_name)
     except Exception as e:  # the user's module: say what failed, no traceback wall
         die(f"cannot import {mod_name}: {type(e).__name__}: {e}")
     fn = getattr(mod, fn_name, None)

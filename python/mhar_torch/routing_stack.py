@@ -25,11 +25,14 @@ rules, each asserted at run time:
      else allocates new ones; so what a backward reads is what its forward wrote;
   2. autograd runs the backward of slot i's write after the backward of every site that read it:
      each write and each read takes the previous write's ``link`` (an empty tensor) as an input, so
-     slot i's write is an ancestor of every later site in the graph; the write's backward asserts
-     that all of its readers have passed their gradient;
-  3. the first gradient a slot receives in a backward is written, later ones added (``fresh``);
-     the write's backward takes the slot's sum and marks it fresh again, so a second backward
-     (``retain_graph=True``) starts clean, and a pooled buffer needs no zeroing.
+     slot i's write is an ancestor of every later site in the graph, and the engine runs a node
+     only after every node that uses its output; a site's backward asserts that none of its
+     slots has given its gradient away yet in this backward pass;
+  3. per backward pass, the first gradient a slot receives is written and later ones added
+     (``fresh``), and the write takes the sum of the sites that ran; a callback queued on the
+     engine resets that state when the pass ends, so a second backward (``retain_graph=True``),
+     or one that reaches only part of the graph (``torch.autograd.grad``), starts clean, and a
+     pooled buffer needs no zeroing.
 
 Under ``torch.no_grad`` only the forwards run. Under ``torch.utils.checkpoint``, checkpoint the
 sub-layers, not the routing (which saves little): a recomputed ``write`` would write its slot twice.
@@ -104,13 +107,26 @@ class _Buffers:
         else:
             self.buf = torch.empty(size, dtype=like.dtype, device=like.device)
             self.grad = torch.empty_like(self.buf)  # per slot: Σ over readers of α_i dout
-        self.fresh = [True] * n_slots  # slot's gradient not yet written in this backward
+        self.fresh = [True] * n_slots  # per slot: no gradient received in this backward pass
+        self.taken = [False] * n_slots  # per slot: its write's backward ran in this pass
+        self.ran = [False] * len(self.sites)  # per site: its backward ran in this pass
+        self.in_pass = False
         self.readers = [[s for s, slots in enumerate(self.sites) if k in slots]
                         for k in range(n_slots)]
         self.rms: List[Optional[Tensor]] = [None] * n_slots  # per slot: r, P
         self.kp: List[Optional[Tensor]] = [None] * n_slots   # per slot: readers × P × H
         self.dz: List[Optional[Tensor]] = [None] * len(self.sites)  # per site: N × P × H
-        self.pending = [0] * n_slots  # per slot: readers whose backward has not run yet
+
+    def start_pass(self) -> None:
+        """Called by the first site's backward of a pass: the engine resets at the pass's end."""
+        if not self.in_pass:
+            self.in_pass = True
+            torch.autograd.Variable._execution_engine.queue_callback(self.end_pass)
+
+    def end_pass(self) -> None:
+        n = len(self.fresh)
+        self.fresh, self.taken, self.ran = [True] * n, [False] * n, [False] * len(self.sites)
+        self.in_pass = False
 
     def __del__(self):
         if self.pool is not None and len(self.pool) < 2:
@@ -140,22 +156,17 @@ class _Write(torch.autograd.Function):
             qg, K = _qg(stack, rows), d // H
             kp = torch.stack([S[:, h * K:(h + 1) * K] @ qg[:, h].t() for h in range(H)], dim=-1)
             stack.kp[slot] = kp.transpose(0, 1).contiguous()  # readers × P × H
-        stack.pending[slot] = len(stack.readers[slot])
         ctx.x_dtype = x.dtype
         return S.new_empty(0)
 
     @staticmethod
     def backward(ctx, _dlink):
         stack, i = ctx.stack, ctx.slot
-        if stack.pending[i] != 0:
-            raise RuntimeError("routing: slot %d's gradient taken before %d of its readers"
-                               % (i, stack.pending[i]))
-        stack.pending[i] = len(stack.readers[i])
-        rows = stack.readers[i]
+        stack.taken[i] = True
+        rows = [s for s in stack.readers[i] if stack.ran[s]]  # the sites this backward reached
         S, P, d = stack.buf[i], stack.P, stack.buf.shape[-1]
         H = stack.heads
         dS = torch.zeros_like(S) if stack.fresh[i] else stack.grad[i].clone()
-        stack.fresh[i] = True
         dq = dg = None
         if rows:
             # dz of every reader for this source, and r_i dz (the factor of both key terms)
@@ -209,6 +220,12 @@ class _Read(torch.autograd.Function):
         slots = stack.sites[site]
         d, H, P = stack.buf.shape[-1], stack.heads, stack.P
         dout = dout.reshape(P, H, d // H).to(stack.buf.dtype)
+        stack.start_pass()
+        late = [i for i in slots if stack.taken[i]]
+        if late:
+            raise RuntimeError("routing: site %d's backward came after slot %d gave its gradient "
+                               "away" % (site, late[0]))
+        stack.ran[site] = True
         # a_i[h] = Σ_{c∈h} dout[c] S_i[c]      (∂loss/∂α_i[h])
         a = torch.empty_like(alpha)
         prod = torch.empty_like(dout)
@@ -225,7 +242,6 @@ class _Read(torch.autograd.Function):
                 stack.fresh[i] = False
             else:
                 gi.addcmul_(alpha[n].unsqueeze(-1), dout)
-            stack.pending[i] -= 1
         return None, None, None
 
 

@@ -256,3 +256,30 @@ def test_depth_routing_stack_module():
     assert max(rel(a, b) for a, b in zip(gf, gp)) <= TOL
     fresh = DepthRoutingStack(d, sites=1).double().sources(x).read(0)
     assert torch.equal(fresh, x)
+
+
+def test_partial_backward_then_full():
+    """A backward that reaches part of the graph (torch.autograd.grad for one weight, keeping the
+    graph), then a full one, and a site whose output is never used: the plain gradients each
+    time (the per-pass state is reset when the engine ends a pass)."""
+    import torch
+    from mhar_torch.routing_stack import SourceStack
+    S, W, q, g = unit(sites=4)
+
+    def fast():
+        st = SourceStack(q, g, 2, [list(range(s + 1)) for s in range(4)], S)
+        st.write(S)
+        st.read(0)  # read and never used
+        for j, w in enumerate(W):
+            st.write(torch.tanh(st.read(j) @ w))
+        return st.read(3)
+
+    out, ref = fast(), plain_route(S, W, q, g, 2)
+    got = torch.autograd.grad(out.pow(2).sum(), [W[2]], retain_graph=True)[0]
+    want = torch.autograd.grad(ref.pow(2).sum(), [W[2]], retain_graph=True)[0]
+    assert rel(got, want) <= TOL
+    got = torch.autograd.grad(out.pow(2).sum(), [S, q, g, *W])
+    want = torch.autograd.grad(ref.pow(2).sum(), [S, q, g, *W])
+    worst = max(rel(a, b) for a, b in zip(got, want))
+    print("\npartial backward, then a full one: worst gradient rel %.1e" % worst)
+    assert worst <= TOL
