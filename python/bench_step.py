@@ -11,7 +11,8 @@ steps of a configuration, peak RSS the largest of its rounds.
 
     python3 python/bench_step.py --modes residual,mhar --layers 6,12,24 --d 256 -T 256 -B 4 \\
         --threads 1 --rounds 3
-    python3 python/bench_step.py ... --package-dir /tmp/base/python   # another mhar_torch
+    python3 python/bench_step.py ... --package-dir /tmp/base/python --package-dir python
+        # before and after in one sitting: each --package-dir's mhar_torch, interleaved too
 """
 
 import argparse
@@ -42,8 +43,9 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--routing", default="fast", choices=["fast", "plain"],
                    help="the routing of the routed modes (MharModel's routing)")
-    p.add_argument("--package-dir", default=None,
-                   help="import mhar_torch from this folder (e.g. an older checkout's python/)")
+    p.add_argument("--package-dir", action="append", default=None,
+                   help="import mhar_torch from this folder (e.g. an older checkout's python/); "
+                        "repeat it to measure several, interleaved (default: this file's folder)")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)  # "L,mode": one process
     return p.parse_args(argv)
 
@@ -96,10 +98,10 @@ def child(a: argparse.Namespace) -> int:
     return 0
 
 
-def run_child(argv: List[str], a: argparse.Namespace, L: str, mode: str) -> Optional[dict]:
+def run_child(argv: List[str], package: Optional[str], L: str, mode: str) -> Optional[dict]:
     env, python = dict(os.environ), [sys.executable]
-    if a.package_dir:  # first on the path: -P keeps this file's folder (and its mhar_torch) off
-        env["PYTHONPATH"] = os.pathsep.join([os.path.abspath(a.package_dir),
+    if package:  # first on the path: -P keeps this file's folder (and its mhar_torch) off
+        env["PYTHONPATH"] = os.pathsep.join([os.path.abspath(package),
                                              os.path.dirname(os.path.abspath(__file__))])
         python.append("-P")
     p = subprocess.run(python + [os.path.abspath(__file__), *argv, "--child", "%s,%s" % (L, mode)],
@@ -119,32 +121,36 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("bench_step.py: error: --package-dir needs Python 3.11 or later (python -P)",
               file=sys.stderr)
         return 2
-    modes, depths = a.modes.split(","), a.layers.split(",")
-    runs = {(L, m): [] for L in depths for m in modes}
+    modes, depths, packages = a.modes.split(","), a.layers.split(","), a.package_dir or [None]
+    configs = [(L, pkg, m) for L in depths for pkg in packages for m in modes]
+    runs = {c: [] for c in configs}
     for _ in range(a.rounds):  # interleaved: every configuration once per round
-        for L in depths:
-            for mode in modes:
-                r = run_child(argv, a, L, mode)
-                if r is None:
-                    return 2
-                runs[(L, mode)].append(r)
-    info = next(iter(runs.values()))[0]
+        for L, pkg, mode in configs:
+            r = run_child(argv, pkg, L, mode)
+            if r is None:
+                return 2
+            runs[(L, pkg, mode)].append(r)
+    info = runs[configs[0]][0]
     print("PyTorch %s, %d thread%s; d=%d T=%d batch %d; median of %d × %d steps, peak RSS of "
-          "each configuration in its own process; mhar_torch from %s" % (
+          "each configuration in its own process" % (
               info["torch"], info["threads"], "" if info["threads"] == 1 else "s", a.d,
-              a.seq_len, a.batch, a.rounds, a.repeats, info["package"]))
-    print("%4s %-10s %-13s %10s %9s %10s %14s %9s" % ("L", "mode", "routing", "ms/step",
-                                                      "steps/s", "÷ first", "peak RSS MiB",
-                                                      "÷ first"))
+              a.seq_len, a.batch, a.rounds, a.repeats))
+    names = {pkg: runs[(depths[0], pkg, modes[0])][0]["package"] for pkg in packages}
+    for k, pkg in enumerate(packages):
+        print("[%d] mhar_torch from %s" % (k + 1, names[pkg]))
+    print("%4s %3s %-10s %-13s %10s %9s %9s %14s %9s" % (
+        "L", "pkg", "mode", "routing", "ms/step", "steps/s", "÷ first", "peak RSS MiB", "÷ first"))
     for L in depths:
-        first = None
-        for mode in modes:
-            rs = runs[(L, mode)]
-            s = statistics.median([t for r in rs for t in r["times"]])
-            rss = max(r["maxrss_kib"] for r in rs) / 1024
-            first = first or (s, rss)
-            print("%4s %-10s %-13s %10.1f %9.2f %9.3f× %14.0f %8.3f×" % (
-                L, mode, rs[0]["routing"], 1e3 * s, 1 / s, s / first[0], rss, rss / first[1]))
+        for k, pkg in enumerate(packages):
+            first = None
+            for mode in modes:
+                rs = runs[(L, pkg, mode)]
+                t = statistics.median([x for r in rs for x in r["times"]])
+                rss = max(r["maxrss_kib"] for r in rs) / 1024
+                first = first or (t, rss)
+                print("%4s %3s %-10s %-13s %10.1f %9.2f %8.3f× %14.0f %8.3f×" % (
+                    L, "[%d]" % (k + 1), mode, rs[0]["routing"], 1e3 * t, 1 / t, t / first[0],
+                    rss, rss / first[1]))
     return 0
 
 
