@@ -118,7 +118,8 @@ class _Buffers:
         self.dz: List[Optional[Tensor]] = [None] * len(self.sites)  # per site: N × P × H
 
     def start_pass(self) -> None:
-        """Called by the first site's backward of a pass: the engine resets at the pass's end."""
+        """Called by every backward of a routing node: the first of a pass queues the reset of
+        the per-pass state for the pass's end."""
         if not self.in_pass:
             self.in_pass = True
             torch.autograd.Variable._execution_engine.queue_callback(self.end_pass)
@@ -162,6 +163,7 @@ class _Write(torch.autograd.Function):
     @staticmethod
     def backward(ctx, _dlink):
         stack, i = ctx.stack, ctx.slot
+        stack.start_pass()
         stack.taken[i] = True
         rows = [s for s in stack.readers[i] if stack.ran[s]]  # the sites this backward reached
         S, P, d = stack.buf[i], stack.P, stack.buf.shape[-1]
