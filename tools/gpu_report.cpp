@@ -30,6 +30,10 @@ const CheckRow& worst_row(const std::vector<CheckRow>& rows) {
   });
 }
 
+std::vector<CheckRow>::const_iterator first_failed(const std::vector<CheckRow>& rows) {
+  return std::find_if(rows.begin(), rows.end(), [](const CheckRow& x) { return !x.pass; });
+}
+
 namespace {
 
 std::string header_table(const GpuReport& r) {
@@ -58,10 +62,12 @@ std::string verdict_line(const GpuReport& r) {
                    "**check: {} comparisons, all pass.** Closest to its tolerance: {} ({}, {}) "
                    "at {:.2f} of it.\n\n",
                    r.rows.size(), w.op, w.version, w.shape, tolerance_ratio(w));
-  return s + fmt::format(
-                 "**check: {} of {} comparisons FAIL.** Worst: {} ({}, {}): relative error "
-                 "{:.2e}, tolerance {:.2e}.\n\n",
-                 failed, r.rows.size(), w.op, w.version, w.shape, w.worst_rel_err, w.tolerance);
+  auto named = [](const CheckRow& x) {
+    return fmt::format("{} ({}, {}): relative error {:.2e}, tolerance {:.2e}", x.op, x.version,
+                       x.shape, x.worst_rel_err, x.tolerance);
+  };
+  return s + fmt::format("**check: {} of {} comparisons FAIL.** First: {}. Worst: {}.\n\n", failed,
+                         r.rows.size(), named(*first_failed(r.rows)), named(w));
 }
 
 std::string check_rows(const std::vector<CheckRow>& rows) {

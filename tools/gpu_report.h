@@ -51,6 +51,11 @@ struct GpuReport {
 /// The comparison furthest over (or, when all pass, closest to) its tolerance: the row a verdict
 /// names. rows must not be empty.
 const mhar::cuda::CheckRow& worst_row(const std::vector<mhar::cuda::CheckRow>& rows);
+/// The first comparison that failed, or rows.end(). The checks run kernels before whole steps,
+/// so the first is the most specific: a wrong layer kernel fails its own row, then every step
+/// row after it.
+std::vector<mhar::cuda::CheckRow>::const_iterator first_failed(
+    const std::vector<mhar::cuda::CheckRow>& rows);
 /// worst_rel_err ÷ tolerance (∞ for a NaN).
 double tolerance_ratio(const mhar::cuda::CheckRow& r);
 

@@ -164,14 +164,13 @@ GpuReport run_self_check(const GpuWork& work, const mhar::cuda::DeviceInfo& dev,
   return r;
 }
 
-/// What failed, by how much: the first line of the failure message. It names the first
-/// comparison that failed: the stages run kernels before the whole step, so the first is the
-/// most specific (a wrong layer kernel fails its own row, then every step row after it).
+/// What failed, by how much: the first line of the failure message, naming the first
+/// comparison that failed (first_failed: the most specific).
 std::string failure_text(const GpuReport& r) {
   const std::string where = fmt::format("GPU self-check FAILED on {} (sm_{}{})", r.device.name,
                                         r.device.cc_major, r.device.cc_minor);
   if (!r.error.empty()) return where + ": a CUDA error while checking " + r.error;
-  const auto first = std::find_if(r.rows.begin(), r.rows.end(), [](auto& x) { return !x.pass; });
+  const auto first = first_failed(r.rows);
   if (first == r.rows.end()) return where + ": no comparison ran";
   const CheckRow& w = *first;
   const long failed = std::count_if(r.rows.begin(), r.rows.end(), [](auto& x) { return !x.pass; });

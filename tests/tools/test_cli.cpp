@@ -963,7 +963,8 @@ TEST_CASE("a wrong kernel fails the self-check: auto trains on the CPU, cuda exi
                         Contains("report: " + (d / "cache/mhar/gpu-check-report.md").string()));
   }
   const std::string report = read_text(d / "cache/mhar/gpu-check-report.md");
-  CHECK_THAT(report, Contains("| rmsnorm_forward y | v1 |") && Contains("**FAIL**"));
+  CHECK_THAT(report, Contains("comparisons FAIL.** First: rmsnorm_forward y (v1, P=16 T=8") &&
+                         Contains("| rmsnorm_forward y | v1 |") && Contains("**FAIL**"));
   check_quoted_header(report);
 }
 
