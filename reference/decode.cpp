@@ -10,15 +10,13 @@
  *     of the state: the causal row t of attention_forward, scores = q_h · k_hᵀ / √hd, softmax,
  *     times v_h.
  * Everything else (embedding, routing at every site, RMSNorm, W_o, MLP, final read, LM head) is
- * the same per-position function as in the batched forward, applied to one row (routing by
- * version 2, routing_fast.h, as model.cpp does); routing reads only this position's own
- * sources, so nothing of it is kept between steps.
+ * the same per-position function as in the batched forward, applied to one row (routing by the
+ * state's Routing, site by site: a stack form would save nothing for one row); routing reads only
+ * this position's own sources, so nothing of it is kept between steps.
  */
 #include "decode.h"
 
 #include <cmath>
-
-#include "routing_fast.h"
 
 namespace mhar {
 
@@ -66,7 +64,11 @@ RowVec<T> decode_prefill(const Config& cfg, const Params<T>& p, DecodeState<T>& 
   // A state already made for this config keeps its storage and RoPE table (sample restarts its
   // window this way every T/2 bytes); rows n … T − 1 are left as they are, never read before a
   // step writes them.
-  if (!made_for(state, cfg)) state = decode_start<T>(cfg);
+  if (!made_for(state, cfg)) {
+    const Routing<T>* const routing = state.routing;  // the caller's choice, kept
+    state = decode_start<T>(cfg);
+    state.routing = routing;
+  }
   // Positions 0 … n − 2: the batched forward over them as one sequence, only as far as the last
   // layer's keys and values (model_keys_values). Nothing after those is needed of these
   // positions: later positions read their keys and values, never their outputs.
@@ -74,6 +76,7 @@ RowVec<T> decode_prefill(const Config& cfg, const Params<T>& p, DecodeState<T>& 
     Config c = cfg;
     c.T = n - 1;
     Cache<T> cache;
+    cache.routing = state.routing;
     model_keys_values<T>(c, p, std::vector<int>(tokens.begin(), tokens.end() - 1), cache);
     for (int l = 0; l < cfg.L; ++l) {
       state.k[l].topRows(n - 1) = cache.k[l];  // after RoPE
@@ -153,13 +156,14 @@ RowVec<T> decode_step(const Config& cfg, const Params<T>& p, DecodeState<T>& sta
   h = prims[0];
 
   // Routing site j over this position's own sources: no other position is read.
+  const Routing<T>& routing = state.routing ? *state.routing : reference_routing<T>();
   auto route_site = [&](int j) -> const Mat<T>& {
     if (cfg.mode == Mode::AttnRes || cfg.mode == Mode::Mhar)
-      routing_forward_fast<T>(s.routed, s.routing, std::span<const Mat<T>>(prims.data(), j + 1),
-                              p.route_q.row(j), p.route_g.row(j), H);  // [E, out_0 … out_{j−1}]
+      routing.forward(s.routed, s.routing, std::span<const Mat<T>>(prims.data(), j + 1),
+                      p.route_q.row(j), p.route_g.row(j), H);  // [E, out_0 … out_{j−1}]
     else {
       const std::vector<Mat<T>> sources = gather_row_sources(cfg, j, prims, p);  // grouped
-      routing_forward_fast<T>(s.routed, s.routing, sources, p.route_q.row(j), p.route_g.row(j), H);
+      routing.forward(s.routed, s.routing, sources, p.route_q.row(j), p.route_g.row(j), H);
     }
     return s.routed;
   };

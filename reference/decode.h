@@ -46,6 +46,9 @@ namespace mhar {
 /// What decoding keeps across positions: each layer's keys and values (after RoPE).
 template <typename T>
 struct DecodeState {
+  /// How the routing sites run (model.h's Cache::routing): null is the reference. Set it after
+  /// decode_start; decode_prefill and decode_step keep it.
+  const Routing<T>* routing = nullptr;
   int n = 0;                 ///< positions held; the next byte goes to position n (< T)
   std::vector<Mat<T>> k, v;  ///< per layer: T × (n_kv_head·hd); rows [0, n) are filled
   /// RoPE's cos and sin for positions 0 … T − 1, made by decode_start (once a prefill), so a

@@ -12,16 +12,16 @@
  * "Primitives" are E and the sub-layer outputs: prims = [E, out_0, …, out_{2L−1}]. Every routing
  * source is a sum of primitives (or the null source ν), so a source's gradient flows back to each
  * primitive it sums.
+ *
+ * The routing sites run through the cache's Routing (routing_choice.h): the reference's
+ * routing.cpp at every site unless the caller chose a faster version (cpu/routing_versions.h).
  */
 #include "model.h"
 
 #include <algorithm>
 #include <cmath>
-#include <optional>
+#include <memory>
 #include <sstream>
-
-#include "routing_fast.h"   // the routing of block and delta: version 2
-#include "routing_stack.h"  // the routing of attnres, mhar: versions 4 (forward) and 3 (backward)
 
 namespace mhar {
 
@@ -324,7 +324,10 @@ void forward_hidden(const Config& cfg, const Params<T>& p, const std::vector<int
           "model", "parameters do not match the config (", mode_name(cfg.mode), ", L = ", cfg.L,
           ", d = ", cfg.d, ")");
   const int L = cfg.L, n_sub = 2 * L, H = cfg.route_heads();
+  const Routing<T>* const chosen = c.routing;  // kept: the cache is otherwise made anew
   c = Cache<T>();
+  c.routing = chosen;
+  const Routing<T>& routing = chosen ? *chosen : reference_routing<T>();
   c.B = B;
   c.tokens = tokens;
   c.prims.reserve(n_sub + 1);
@@ -339,20 +342,20 @@ void forward_hidden(const Config& cfg, const Params<T>& p, const std::vector<int
   c.site_out.resize(cfg.n_sites());
   c.route.resize(cfg.n_sites());
 
-  // AttnRes and MHAR: site s reads primitives 0 … s, so the whole stack's routing forward runs
-  // as version 4 (routing_stack.h): each primitive's logits at every later site are computed
-  // when it is written, and a site routes over [E, out_0 … out_{s−1}] without a copy.
-  std::optional<RoutingStackForward<T>> stack;
-  if (cfg.mode == Mode::AttnRes || cfg.mode == Mode::Mhar) {
-    stack.emplace(p.route_q, p.route_g, H, std::span<RoutingSaved<T>>(c.route));
-    stack->add_source(0, c.prims[0]);
-  }
+  // AttnRes and MHAR: site s reads primitives 0 … s. A routing with a stack form (the fast
+  // CPU versions, cpu/routing_stack.h) runs the whole stack's forward at once: each primitive's
+  // logits at every later site are computed when it is written, and a site routes over
+  // [E, out_0 … out_{s−1}] without a copy. The reference has none: it routes site by site.
+  std::unique_ptr<StackForward<T>> stack;
+  if (cfg.mode == Mode::AttnRes || cfg.mode == Mode::Mhar)
+    stack = routing.stack_forward(p.route_q, p.route_g, H, std::span<RoutingSaved<T>>(c.route));
+  if (stack) stack->add_source(0, c.prims[0]);
 
-  // Block and delta: route site s over its gathered sources into c.site_out[s].
+  // Site by site: route site s over its gathered sources into c.site_out[s].
   auto route_site = [&](int s) -> const Mat<T>& {
     c.site_sources[s] = gather_sources(site_groups(cfg, s), c.prims, p);
-    routing_forward_fast<T>(c.site_out[s], c.route[s], c.site_sources[s], p.route_q.row(s),
-                            p.route_g.row(s), H);
+    routing.forward(c.site_out[s], c.route[s], c.site_sources[s], p.route_q.row(s),
+                    p.route_g.row(s), H);
     return c.site_out[s];
   };
 
@@ -367,11 +370,11 @@ void forward_hidden(const Config& cfg, const Params<T>& p, const std::vector<int
       case Mode::Delta:
         c.inputs[j] = h + p.delta_gate(0, j) * route_site(j);
         break;
-      case Mode::Block:
-        c.inputs[j] = route_site(j);
-        break;
-      default:  // attnres, mhar: the site's output is input_j (one matrix, not a copy)
-        stack->site(j, c.inputs[j]);
+      default:  // block, attnres, mhar; a stack's site writes input_j (one matrix, not a copy)
+        if (stack)
+          stack->site(j, c.inputs[j]);
+        else
+          c.inputs[j] = route_site(j);
         break;
     }
     // (2) normed_j = RMSNorm_j(input_j)
@@ -454,6 +457,7 @@ void model_backward(Params<T>& grads, const Config& cfg, const Params<T>& p, con
           "the cache holds no loss: run model_forward with a cache first");
   const int L = cfg.L, n_sub = 2 * L, H = cfg.route_heads();
   const auto P = c.prims[0].rows();
+  const Routing<T>& routing = c.routing ? *c.routing : reference_routing<T>();
   grads = zero_params<T>(cfg);
 
   // from (6): dlogits = (softmax − onehot) / P
@@ -467,24 +471,25 @@ void model_backward(Params<T>& grads, const Config& cfg, const Params<T>& p, con
   rmsnorm_backward<T>(dfinal, grads.final_norm.row(0), dfinal_normed, c.final_rinv, c.final_in,
                       p.final_norm.row(0));
 
-  // AttnRes and MHAR: site s reads primitives 0 … s, so the whole stack's routing backward runs
-  // as version 3 (routing_stack.h): each site's dout is kept, and ∂loss/∂out_j is computed when
-  // sub-layer j's backward needs it, from every site that read out_j. The other modes add each
-  // site's source gradients into dprims as the sites come (version 2); residual has no sites.
-  const bool by_source = cfg.mode == Mode::AttnRes || cfg.mode == Mode::Mhar;
-  std::vector<Mat<T>> dsites;  // version 3: ∂loss/∂(site s's output), kept for the stack
-  std::optional<RoutingStackBackward<T>> stack;
+  // AttnRes and MHAR: site s reads primitives 0 … s. A routing with a stack form runs the
+  // whole stack's backward source by source: each site's dout is kept, and ∂loss/∂out_j is
+  // computed when sub-layer j's backward needs it, from every site that read out_j. Otherwise
+  // (the reference, block, delta) each site's source gradients are added into dprims as the
+  // sites come; residual has no sites.
+  std::unique_ptr<StackBackward<T>> stack;
+  if (cfg.mode == Mode::AttnRes || cfg.mode == Mode::Mhar)
+    stack = routing.stack_backward(std::span<const Mat<T>>(c.prims), H);
+  const bool by_source = stack != nullptr;
+  std::vector<Mat<T>> dsites;  // by source: ∂loss/∂(site s's output), kept for the stack
   std::vector<Mat<T>> dprims;
-  if (by_source) {
-    stack.emplace(std::span<const Mat<T>>(c.prims), H);
+  if (by_source)
     dsites.resize(cfg.n_sites());
-  } else if (cfg.mode != Mode::Residual) {
+  else if (cfg.mode != Mode::Residual)
     dprims.assign(n_sub + 1, Mat<T>::Zero(P, cfg.d));
-  }
   Mat<T> dh;  // ∂loss/∂h_{j+1} for the stream modes (from ∂loss/∂final below)
 
-  // ∂loss/∂prim_k, once every site that read it is done: what the sites gave (version 3 sums
-  // it now; block and delta added it up in dprims[k], not read again) plus the stream's share.
+  // ∂loss/∂prim_k, once every site that read it is done: what the sites gave (the stack sums
+  // it now; site by site, it was added up in dprims[k], not read again) plus the stream's share.
   auto prim_gradient = [&](int k) {
     Mat<T> g;
     if (by_source)
@@ -511,9 +516,8 @@ void model_backward(Params<T>& grads, const Config& cfg, const Params<T>& p, con
     } else {
       const auto groups = site_groups(cfg, s);
       std::vector<Mat<T>> dsrc(groups.size(), Mat<T>::Zero(P, cfg.d));
-      routing_backward_fast<T>(dsrc, grads.route_q.row(s), grads.route_g.row(s), dsite,
-                               c.site_out[s], c.route[s], c.site_sources[s], p.route_q.row(s),
-                               p.route_g.row(s), H);
+      routing.backward(dsrc, grads.route_q.row(s), grads.route_g.row(s), dsite, c.site_out[s],
+                       c.route[s], c.site_sources[s], p.route_q.row(s), p.route_g.row(s), H);
       scatter_source_grads(dprims, grads, groups, dsrc);
     }
   };

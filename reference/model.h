@@ -24,7 +24,7 @@
 
 #include "layers.h"
 #include "optim.h"
-#include "routing.h"
+#include "routing_choice.h"
 #include "tensor.h"
 
 namespace mhar {
@@ -134,6 +134,9 @@ void adamw_step(Params<T>& p, Params<T>& m, Params<T>& v, const Params<T>& grads
 /// Everything the forward keeps for the backward (and for heatmaps and diagnostics).
 template <typename T>
 struct Cache {
+  /// How the routing sites run, chosen before the forward and kept by it: null is the reference
+  /// (routing.h at every site); cpu/routing_versions.h has the fast versions.
+  const Routing<T>* routing = nullptr;
   int B = 0;
   std::vector<int> tokens, targets;
   std::vector<Mat<T>> prims;          ///< [E, out_0 … out_{2L−1}]: 2L + 1 of P × d
@@ -143,9 +146,9 @@ struct Cache {
   std::vector<Mat<T>> q, k, v, attn;  ///< per layer: after RoPE, and attention output (pre-W_o)
   std::vector<std::vector<Mat<T>>> probs;         ///< per layer: attention probabilities
   std::vector<MlpSaved<T>> mlp;                   ///< per layer
-  std::vector<std::vector<Mat<T>>> site_sources;  ///< block, delta: the sources each site read
-  std::vector<Mat<T>> site_out;        ///< block, delta: each site's routing output (attnres and
-                                       ///< mhar route straight into inputs[j] and final_in)
+  std::vector<std::vector<Mat<T>>> site_sources;  ///< site by site: the sources each site read
+  std::vector<Mat<T>> site_out;        ///< site by site: each site's routing output (a stack
+                                       ///< routes straight into inputs[j] and final_in)
   std::vector<RoutingSaved<T>> route;  ///< routed modes: α and r per site
   Mat<T> final_in;                     ///< input of the final norm
   Vec<T> final_rinv;
@@ -156,7 +159,8 @@ struct Cache {
 
 /**
  * @brief Forward pass on B sequences: tokens and targets are B·T bytes each (sequence-major).
- * Returns the mean cross-entropy; fills `cache` when it is not null.
+ * Returns the mean cross-entropy; fills `cache` when it is not null. The sites route by
+ * cache->routing (kept), or by the reference when cache or its routing is null.
  */
 template <typename T>
 T model_forward(const Config& cfg, const Params<T>& p, const std::vector<int>& tokens,

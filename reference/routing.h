@@ -10,10 +10,10 @@
  *
  * Plain Eigen, vectorised over positions: a loop over sources i and heads h, and for each an
  * Eigen line over all P positions and the head's K columns, under the formula it computes.
- * The CUDA twin is cuda/routing.cu (same names, same argument order). routing_fast.h is CPU
- * version 2: the same math in a loop order that reads each source once, on all threads; and
- * routing_stack.h holds versions 3 and 4, the backward and the forward of a whole attnres or
- * mhar stack one source at a time. The model runs those, and the tests hold them to this one.
+ * The CUDA twin is cuda/routing.cu (same names, same argument order). This is version 1 of
+ * each op, F1 and B1; the fast CPU versions (cpu/routing_versions.h) compute the same math in
+ * other loop orders, and the tests hold them to this one. The model runs whichever its cache
+ * names (routing_choice.h): `train --routing reference` runs this file at every site.
  */
 #pragma once
 

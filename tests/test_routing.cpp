@@ -1,6 +1,6 @@
 /**
  * @file test_routing.cpp
- * @brief Depth routing reference: finite-difference gradients (of CPU versions 1 and 2),
+ * @brief Depth routing reference: finite-difference gradients (of CPU versions F1/B1 and F2/B2),
  * docs/design.md §1 properties, bad input.
  */
 #include <algorithm>
@@ -55,25 +55,25 @@ Mat<double> single_head_loops(const std::vector<Mat<double>>& S, const RowVec<do
 
 namespace {
 
-/// A CPU routing version: the reference (1, reference/routing.h) or the fast one (2,
-/// reference/routing_fast.h); both take the same arguments.
+/// A CPU routing version: the reference (F1/B1, reference/routing.h) or the fast one (F2/B2,
+/// cpu/routing_fast.h); both take the same arguments.
 struct Version {
   const char* tag;
   decltype(&routing_forward<double>) forward;
   decltype(&routing_backward<double>) backward;
 };
 const Version kReference{"routing", &routing_forward<double>, &routing_backward<double>};
-const Version kFast{"routing v2", &routing_forward_fast<double>, &routing_backward_fast<double>};
+const Version kFast{"routing F2/B2", &routing_forward_fast<double>, &routing_backward_fast<double>};
 
 }  // namespace
 
 TEST_CASE(
-    "op gradient, routing versions 1 and 2 (N = 1, H = 1, H = d, odd P, d not a multiple "
+    "op gradient, routing F1/B1 and F2/B2 (N = 1, H = 1, H = d, odd P, d not a multiple "
     "of 8, several blocks of positions)",
     "[routing][fast][grad]") {
   const Version v = GENERATE(kReference, kFast);
-  // Case{37, 8, 3, 2}: more positions than one block of version 2 (32). Case{11, 1024, 4, 4}:
-  // wide enough that version 2 cuts the block into sub-blocks (8 rows in double, so 8 + 3);
+  // Case{37, 8, 3, 2}: more positions than one block of F2/B2 (32). Case{11, 1024, 4, 4}:
+  // wide enough that F2/B2 cuts the block into sub-blocks (8 rows in double, so 8 + 3);
   // its 45 K source values are checked at 256 entries per tensor, spread evenly.
   const Case cs =
       GENERATE(Case{5, 12, 3, 4}, Case{1, 8, 1, 1}, Case{3, 6, 4, 6}, Case{7, 10, 5, 2},

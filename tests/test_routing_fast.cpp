@@ -1,6 +1,6 @@
 /**
  * @file test_routing_fast.cpp
- * @brief CPU routing version 2 (reference/routing_fast.h) against the reference (version 1) in
+ * @brief CPU routing F2 and B2 (cpu/routing_fast.h) against the reference (F1, B1) in
  *        float and double, and its promise of the same bits for any number of threads. Its
  *        finite-difference gradient checks are test_routing.cpp's, run over both versions.
  */
@@ -92,7 +92,7 @@ std::vector<Mat<T>> cast_all(const std::vector<Mat<double>>& v) {
 
 }  // namespace
 
-TEST_CASE("routing version 2 matches the reference in double and float", "[routing][fast]") {
+TEST_CASE("routing F2/B2 matches the reference in double and float", "[routing][fast]") {
   // N = 1, H = 1, H = d, odd P, d not a multiple of 8, P over several blocks with a partial last
   // one (kRoutingBlock = 32), and the default model's shape (d 128, H 4). The last two are wide
   // enough (N · d · sizeof > 8 KB) that a block is cut into sub-blocks of fewer than 32 rows,
@@ -116,9 +116,9 @@ TEST_CASE("routing version 2 matches the reference in double and float", "[routi
   CAPTURE(err_double);
   CHECK(err_double < 1e-12);
 
-  // Float: version 2's error against the double truth may be a small multiple of version 1's
+  // Float: F2/B2's error against the double truth may be a small multiple of the reference's
   // own float error (docs/style.md §7); the floor of 1e-7 (≈ one float ulp of 1) covers cases where
-  // version 1's float error happens to be ~0.
+  // the reference's float error happens to be ~0.
   const auto Sf = cast_all<float>(S);
   const RowVec<float> qf = q.cast<float>(), gf = g.cast<float>();
   const Mat<float> doutf = dout.cast<float>();
@@ -128,7 +128,7 @@ TEST_CASE("routing version 2 matches the reference in double and float", "[routi
   CHECK(err_fast <= 8 * std::max(err_ref, 1e-7));
 }
 
-TEST_CASE("routing version 2 gives the same bits on every run and for 1 and 2 threads",
+TEST_CASE("routing F2/B2 gives the same bits on every run and for 1 and 2 threads",
           "[routing][fast][determinism]") {
   // Large enough that the block loop runs on threads (≥ 64 K source values): 10 blocks of 32
   // rows; and d 512, N 9, 6 blocks cut into sub-blocks of 14 rows.
@@ -162,7 +162,7 @@ TEST_CASE("routing version 2 gives the same bits on every run and for 1 and 2 th
 #endif
 }
 
-TEST_CASE("routing version 2 rejects bad shapes like the reference", "[routing][fast][bad-input]") {
+TEST_CASE("routing F2/B2 rejects bad shapes like the reference", "[routing][fast][bad-input]") {
   Rng rng(17);
   std::vector<Mat<double>> S = {rng.normal_matrix<double>(3, 8), rng.normal_matrix<double>(3, 8)};
   const RowVec<double> q = RowVec<double>::Zero(8), g = RowVec<double>::Ones(8);

@@ -1,7 +1,7 @@
 /**
  * @file test_routing_stack.cpp
- * @brief CPU routing versions 3 and 4 (reference/routing_stack.h), the backward and the forward
- *        of a stack of sites one source at a time: against the reference (version 1) site by
+ * @brief CPU routing B3 and F3 (cpu/routing_stack.h), the backward and the forward
+ *        of a stack of sites one source at a time: against the reference (F1, B1) site by
  *        site in double and float, the backward against central differences in double, the same
  *        bits for 1 and 2 threads, and their refusals (shapes, order) that leave them usable.
  */
@@ -66,7 +66,7 @@ struct Grads {
 /// Which CPU forward runs a stack's sites.
 enum class Fwd { V1, V2, V4 };
 
-/// The forward of every site (version 1, 2 or 4), into outs and saved. Version 4 in the
+/// The forward of every site (F1, F2 or F3), into outs and saved. F3 in the
 /// model's order: source 0, site 0, source 1, site 1, …
 template <typename T>
 void forward_all(const Stack<T>& st, Fwd v, std::vector<Mat<T>>& outs,
@@ -135,7 +135,7 @@ std::vector<T> flatten(const Forward<T>& f) {
   return v;
 }
 
-/// Version 1 or 2: each site's backward in turn, s = n − 1 … 0 (as the model runs them), into
+/// F1/B1 or F2/B2: each site's backward in turn, s = n − 1 … 0 (as the model runs them), into
 /// zeroed gradients.
 template <typename T>
 Grads<T> site_by_site(const Stack<T>& st, bool fast) {
@@ -158,8 +158,8 @@ Grads<T> site_by_site(const Stack<T>& st, bool fast) {
   return gr;
 }
 
-/// Version 3, in the model's order: site n − 1 added, then for s = n − 1 … 1 source s's gradient
-/// and site s − 1 added, then source 0's; after the forward of version 4 (as the model) or 2.
+/// B3, in the model's order: site n − 1 added, then for s = n − 1 … 1 source s's gradient
+/// and site s − 1 added, then source 0's; after the forward of F3 (as the model) or F2.
 template <typename T>
 Grads<T> by_source(const Stack<T>& st, Fwd v = Fwd::V4) {
   const int n = static_cast<int>(st.S.size());
@@ -230,7 +230,7 @@ void check_same_bits(F&& run) {
 
 }  // namespace
 
-TEST_CASE("routing version 3 matches the reference site by site in double and float",
+TEST_CASE("routing B3 matches the reference site by site in double and float",
           "[routing][stack]") {
   // One site; H = 1 and H = d; odd P; d not a multiple of 8; P over several blocks with a
   // partial last one (kRoutingBlock = 32); the default model's 9 sites at d 128, H 4; and 25
@@ -251,7 +251,7 @@ TEST_CASE("routing version 3 matches the reference site by site in double and fl
   CAPTURE(err_double, err_double_v2);
   CHECK(err_double < 1e-12);
   CHECK(err_double_v2 < 1e-12);
-  // Float: within a small multiple of version 1's own float error (docs/style.md §7), floor 1e-7.
+  // Float: within a small multiple of the reference's own float error (docs/style.md §7), floor 1e-7.
   const Stack<float> sf = cast<float>(st);
   const double err_ref = worst_rel(site_by_site(sf, false), truth);
   const double err_v3 = worst_rel(by_source(sf), truth);
@@ -259,9 +259,9 @@ TEST_CASE("routing version 3 matches the reference site by site in double and fl
   CHECK(err_v3 <= 8 * std::max(err_ref, 1e-7));
 }
 
-TEST_CASE("routing version 4 matches the reference site by site in double and float",
+TEST_CASE("routing F3 matches the reference site by site in double and float",
           "[routing][stack]") {
-  // The cases of version 3's test, and P over several blocks of version 4's logits (256 rows)
+  // The cases of B3's test, and P over several blocks of F3's logits (256 rows)
   // with a partial last one.
   const Case cs = GENERATE(Case{1, 5, 8, 2}, Case{3, 7, 10, 1}, Case{4, 6, 6, 6},
                            Case{5, 77, 16, 4}, Case{9, 101, 128, 4}, Case{2, 64, 64, 64},
@@ -269,11 +269,11 @@ TEST_CASE("routing version 4 matches the reference site by site in double and fl
   CAPTURE(cs.n, cs.P, cs.d, cs.H);
   const Stack<double> st = draw(cs.n, cs.P, cs.d, cs.H, 7000 + cs.n * 13 + cs.P * 7 + cs.d);
   const Forward<double> truth = forward_of(st, Fwd::V1);
-  // Double: as version 3's test, 1e-12 of each output's scale.
+  // Double: as B3's test, 1e-12 of each output's scale.
   const double err_double = worst_rel(forward_of(st, Fwd::V4), truth);
   CAPTURE(err_double);
   CHECK(err_double < 1e-12);
-  // Float: within a small multiple of version 1's own float error, floor 1e-7.
+  // Float: within a small multiple of the reference's own float error, floor 1e-7.
   const Stack<float> sf = cast<float>(st);
   const double err_ref = worst_rel(forward_of(sf, Fwd::V1), truth);
   const double err_v4 = worst_rel(forward_of(sf, Fwd::V4), truth);
@@ -281,7 +281,7 @@ TEST_CASE("routing version 4 matches the reference site by site in double and fl
   CHECK(err_v4 <= 8 * std::max(err_ref, 1e-7));
 }
 
-TEST_CASE("op gradient, routing version 3 over a stack of sites", "[routing][stack][grad]") {
+TEST_CASE("op gradient, routing B3 over a stack of sites", "[routing][stack][grad]") {
   // loss = Σ_s Σ out_s ⊙ W_s, so ∂loss/∂out_s = W_s; every source, q_s and g_s is checked.
   // Heads of K = 3, 4, 1 (site by site) and 8, 16, 32 (row by row).
   const Case cs = GENERATE(Case{4, 5, 12, 4}, Case{3, 37, 8, 2}, Case{5, 3, 6, 6},
@@ -308,7 +308,7 @@ TEST_CASE("op gradient, routing version 3 over a stack of sites", "[routing][sta
   CHECK(check_gradient(tag + " dg", st.g, gr.dg, loss, sample_indices(st.g)).pass);
 }
 
-TEST_CASE("routing version 3 gives the same bits on every run and for 1 and 2 threads",
+TEST_CASE("routing B3 gives the same bits on every run and for 1 and 2 threads",
           "[routing][stack][determinism]") {
   // Enough values that the block loops run on threads (≥ 64 K): 10 blocks of 32 rows; and d 512
   // with 9 sites, 6 blocks.
@@ -318,7 +318,7 @@ TEST_CASE("routing version 3 gives the same bits on every run and for 1 and 2 th
   check_same_bits([&] { return flatten(by_source(st)); });
 }
 
-TEST_CASE("routing version 4 gives the same bits on every run and for 1 and 2 threads",
+TEST_CASE("routing F3 gives the same bits on every run and for 1 and 2 threads",
           "[routing][stack][determinism]") {
   // Enough values that the block loops run on threads (≥ 64 K): P over several logit blocks
   // (256 rows) with a partial last one; and d 512 with 9 sites.
@@ -328,7 +328,7 @@ TEST_CASE("routing version 4 gives the same bits on every run and for 1 and 2 th
   check_same_bits([&] { return flatten(forward_of(st, Fwd::V4)); });
 }
 
-TEST_CASE("routing version 4 refuses bad shapes and a wrong order, and stays usable",
+TEST_CASE("routing F3 refuses bad shapes and a wrong order, and stays usable",
           "[routing][stack][bad-input]") {
   using Catch::Matchers::Contains;
   const Stack<double> st = draw(3, 4, 8, 2, 37);
@@ -372,7 +372,7 @@ TEST_CASE("routing version 4 refuses bad shapes and a wrong order, and stays usa
   }
 }
 
-TEST_CASE("routing version 3 refuses bad shapes and a wrong order, and stays usable",
+TEST_CASE("routing B3 refuses bad shapes and a wrong order, and stays usable",
           "[routing][stack][bad-input]") {
   using Catch::Matchers::Contains;
   const Stack<double> st = draw(3, 4, 8, 2, 31);

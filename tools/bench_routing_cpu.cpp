@@ -144,12 +144,12 @@ std::vector<CpuRoutingRow> bench_routing_cpu(int N, int P, int d, int H, int rep
   const double bwd_bytes = cpu_routing_backward_bytes(N, P, d, H);
   return time_against_copy(
       threads, repeats, [&] { copy_loop(dst.data(), src.data(), n); }, 8.0 * double(n),
-      {{"forward", "1 ref", fwd_bytes, [&] { routing_forward<float>(out, saved, S, q, g, H); }},
-       {"forward", "2 fast", fwd_bytes,
+      {{"forward", "F1 ref", fwd_bytes, [&] { routing_forward<float>(out, saved, S, q, g, H); }},
+       {"forward", "F2 fast", fwd_bytes,
         [&] { routing_forward_fast<float>(out, saved, S, q, g, H); }},
-       {"backward", "1 ref", bwd_bytes,
+       {"backward", "B1 ref", bwd_bytes,
         [&] { routing_backward<float>(dsources, dq, dg, dout, out, saved, S, q, g, H); }},
-       {"backward", "2 fast", bwd_bytes,
+       {"backward", "B2 fast", bwd_bytes,
         [&] { routing_backward_fast<float>(dsources, dq, dg, dout, out, saved, S, q, g, H); }}});
 }
 
@@ -175,25 +175,26 @@ std::vector<CpuRoutingRow> bench_routing_stack_cpu(int n, int P, int d, int H, i
                                   std::span<const Mat<float>>(sources.data(), s + 1), q.row(s),
                                   g.row(s), H);
   };
-  // Version 4 as the model runs it: a source added (its logits at every later site), then the
+  // F3 as the model runs it: a source added (its logits at every later site), then the
   // site that reads it last.
-  auto forward_v4 = [&] {
+  auto forward_f3 = [&] {
     RoutingStackForward<float> stack(q, g, H, saved);
     for (int s = 0; s < n; ++s) {
       stack.add_source(s, sources[s]);
       stack.site(s, outs[s]);
     }
   };
-  // Version 2 as the model ran it: zeroed source gradients, then the sites last to first.
-  auto backward_v2 = [&] {
+  // B2 site by site (as the model ran it before B3): zeroed source gradients, then the sites last
+  // to first.
+  auto backward_b2 = [&] {
     for (auto& m : dsources) m.setZero();
     for (int s = n - 1; s >= 0; --s)
       routing_backward_fast<float>(
           std::span<Mat<float>>(dsources.data(), s + 1), dq.row(s), dg.row(s), douts[s], outs[s],
           saved[s], std::span<const Mat<float>>(sources.data(), s + 1), q.row(s), g.row(s), H);
   };
-  // Version 3 as the model runs it: a site added, then the source only it and later sites read.
-  auto backward_v3 = [&] {
+  // B3 as the model runs it: a site added, then the source only it and later sites read.
+  auto backward_b3 = [&] {
     RoutingStackBackward<float> stack(sources, H);
     stack.add_site(n - 1, douts[n - 1], outs[n - 1], saved[n - 1], q.row(n - 1), g.row(n - 1));
     for (int s = n - 1; s >= 1; --s) {
@@ -209,10 +210,10 @@ std::vector<CpuRoutingRow> bench_routing_stack_cpu(int n, int P, int d, int H, i
   const double bwd_bytes = cpu_stack_backward_bytes(n, P, d, H);
   return time_against_copy(threads, repeats, [&] { copy_loop(dst.data(), src.data(), floats); },
                            8.0 * double(floats),
-                           {{"stack-fwd", "2 fast", fwd_bytes, forward},
-                            {"stack-fwd", "4 source", fwd_bytes, forward_v4},
-                            {"stack-bwd", "2 fast", bwd_bytes, backward_v2},
-                            {"stack-bwd", "3 source", bwd_bytes, backward_v3}});
+                           {{"stack-fwd", "F2 fast", fwd_bytes, forward},
+                            {"stack-fwd", "F3 stack", fwd_bytes, forward_f3},
+                            {"stack-bwd", "B2 fast", bwd_bytes, backward_b2},
+                            {"stack-bwd", "B3 stack", bwd_bytes, backward_b3}});
 }
 
 }  // namespace mhar::toy

@@ -2,7 +2,7 @@
  * @file bench_routing_cpu.h
  * @ingroup tools
  * @brief `mhar-toy bench routing --device cpu`: the CPU routing versions (reference/routing.h,
- *        reference/routing_fast.h) as bytes moved ÷ time, next to a copy loop timed in the same
+ *        cpu/routing_versions.h) as bytes moved ÷ time, next to a copy loop timed in the same
  *        run on the same number of threads (docs/design.md §4).
  *
  * Bytes are the minimum each operation moves, the formula of docs/kernels.md and
@@ -15,14 +15,14 @@
  *
  * The stack tables time every routing site of a model at once, n sites where site s reads
  * sources 0 … s (the N = 2L + 1 sites of attnres and mhar):
- *   stack-fwd  Σ_s forward(N = s + 1)            each site's forward (version 2); version 4
+ *   stack-fwd  Σ_s forward(N = s + 1)            each site's forward (F2); F3
  *                                              (each source's logits once, when it is added)
  *                                              is shown against the same bytes
  *   stack-bwd  4 · (Σ_s (s+1)·(P·d + P·H) + 4·n·P·d)
- *                                              what version 3 moves: per (site, source) pair
+ *                                              what B3 moves: per (site, source) pair
  *                                              dout_s and α read; per site dout_s and out_s read
  *                                              for D; per source S_i read and dS_i written.
- *                                              Version 2, site by site, moves about 3·P·d a pair
+ *                                              B2, site by site, moves about 3·P·d a pair
  *                                              (S_i read, dS_i read and written) and is shown
  *                                              against the same bytes.
  */
@@ -34,7 +34,7 @@
 namespace mhar::toy {
 
 /// One measurement: op "copy", "forward", "backward", "stack-fwd" or "stack-bwd"; version "-",
-/// "1 ref", "2 fast", "3 source" (backward) or "4 source" (forward).
+/// "F1 ref", "F2 fast", "F3 stack" (forward) or "B1 ref", "B2 fast", "B3 stack" (backward).
 struct CpuRoutingRow {
   std::string op, version;
   int threads = 1;
@@ -51,7 +51,7 @@ double cpu_routing_backward_bytes(int N, int P, int d, int H);
 
 /// Bytes the forwards of a stack of n sites move, site s reading s + 1 sources (formula above).
 double cpu_stack_forward_bytes(int n, int P, int d, int H);
-/// Bytes version 3's backward of a stack of n sites moves (formula above).
+/// Bytes B3's backward of a stack of n sites moves (formula above).
 double cpu_stack_backward_bytes(int n, int P, int d, int H);
 
 /// Bytes the routing of one training step moves: the stack forward and backward (formulas
@@ -74,9 +74,9 @@ std::vector<CpuRoutingRow> bench_routing_cpu(int N, int P, int d, int H, int rep
 
 /**
  * @brief For each thread count: the copy loop (over n·P·d floats), the forwards of a stack of n
- *        sites (site s reads sources 0 … s) by version 2 (site by site) and by version 4
- *        (RoutingStackForward), and its backward by version 2 (site by site, last first, on
- *        zeroed source gradients) and by version 3 (RoutingStackBackward), as the model runs
+ *        sites (site s reads sources 0 … s) by F2 (site by site) and by F3
+ *        (RoutingStackForward), and its backward by B2 (site by site, last first, on
+ *        zeroed source gradients) and by B3 (RoutingStackBackward), as the model runs
  *        each; in rounds, fastest of `repeats` after a warm-up.
  *
  * Needs about 5·n·P·d floats. Throws ShapeError on bad shapes.

@@ -25,6 +25,7 @@
 #include "gpu_selfcheck.h"
 #include "io/file_util.h"
 #include "optim.h"
+#include "routing_versions.h"
 
 #ifdef MHAR_WITH_CUDA
 #include "cuda/bench/bench_routing.h"
@@ -71,6 +72,7 @@ struct StepBench {
   /// Seconds of one training step.
   double run() {
     const auto t0 = std::chrono::steady_clock::now();
+    cache.routing = &fast_routing<float>();  // train's default (--routing fast)
     model_forward<float>(cfg, p, x, y, batch, &cache);
     model_backward(g, cfg, p, cache);
     clip_grad_norm(g, 1.0);

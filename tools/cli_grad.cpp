@@ -15,6 +15,7 @@
 #include "data.h"
 #include "errors.h"
 #include "memory.h"
+#include "routing_versions.h"
 #include "safetensors.h"
 
 namespace mhar::toy {
@@ -60,11 +61,13 @@ Subcommand register_grad(CLI::App& app) {
             Params<double> g;
             if (o->precision == "f64") {
               Cache<double> cache;
+              cache.routing = &fast_routing<double>();
               loss = model_forward<double>(cfg, p, b.tokens, b.targets, o->batch, &cache);
               model_backward(g, cfg, p, cache);
             } else {
               const Params<float> pf = cast_params<float>(p);
               Cache<float> cache;
+              cache.routing = &fast_routing<float>();
               loss = model_forward<float>(cfg, pf, b.tokens, b.targets, o->batch, &cache);
               Params<float> gf;
               model_backward(gf, cfg, pf, cache);

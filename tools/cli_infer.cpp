@@ -23,6 +23,7 @@
 #include "errors.h"
 #include "heatmap.h"
 #include "memory.h"
+#include "routing_versions.h"
 #include "sampling.h"
 
 namespace mhar::toy {
@@ -34,7 +35,9 @@ namespace {
 RowVec<float> next_logits(const Checkpoint& ck, const std::vector<int>& context) {
   Config c = ck.cfg;
   c.T = static_cast<int>(context.size());
-  const Mat<float> logits = model_logits<float>(c, ck.params, context, 1);
+  Cache<float> cache;
+  cache.routing = &fast_routing<float>();
+  const Mat<float> logits = model_logits<float>(c, ck.params, context, 1, &cache);
   return logits.row(logits.rows() - 1);
 }
 
@@ -72,6 +75,7 @@ SampleResult generate(const Checkpoint& ck, std::vector<int> window, const Sampl
   SampleResult r;
   std::mt19937_64 gen(o.seed);
   DecodeState<float> state;
+  state.routing = &fast_routing<float>();
   RowVec<float> logits;
   auto from_scratch = [&] {  // the logits after the whole window
     if (o.cache) {
@@ -231,11 +235,13 @@ Subcommand register_eval(CLI::App& app) {
               "data file '{}' is shorter than one sequence of T + 1 = {} bytes", o->data, T + 1));
         if (o->max_windows > 0) windows = std::min(windows, o->max_windows);
         double total = 0;
+        Cache<float> cache;
+        cache.routing = &fast_routing<float>();
         for (long w = 0; w < windows; w += o->batch) {
           const int B = static_cast<int>(std::min<long>(o->batch, windows - w));
           const Batch b = sequential_batch(bytes, w, B, T);
-          total += B * static_cast<double>(model_forward<float>(ck.cfg, ck.params, b.tokens,
-                                                                b.targets, B, nullptr));
+          total += B * static_cast<double>(
+                           model_forward<float>(ck.cfg, ck.params, b.tokens, b.targets, B, &cache));
         }
         const double loss = total / static_cast<double>(windows);
         const double bpb = loss / std::numbers::ln2;

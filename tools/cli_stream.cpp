@@ -20,6 +20,7 @@
 #include "data.h"
 #include "errors.h"
 #include "file_util.h"
+#include "routing_versions.h"
 
 namespace mhar::toy {
 
@@ -59,6 +60,7 @@ Subcommand register_stream(CLI::App& app) {
             const Corpus corpus = load_corpus(o->data, 0.1, ck.cfg.T);
             const Batch b = random_batch(corpus.val, o->batch, ck.cfg.T, o->seed, 0, 2);
             Cache<float> c;
+            c.routing = &fast_routing<float>();
             model_logits<float>(ck.cfg, ck.params, b.tokens, o->batch, &c);
             const int n_sub = 2 * ck.cfg.L;
             double energy = 0;

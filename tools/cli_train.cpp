@@ -9,6 +9,7 @@
 #include "device_select.h"
 #include "errors.h"
 #include "gpu_selfcheck.h"
+#include "routing_versions.h"
 #include "train.h"
 
 #ifdef MHAR_WITH_CUDA
@@ -137,6 +138,10 @@ Subcommand register_train(CLI::App& app) {
   cmd->add_option("--log-every", o->log_every, "print a progress line every N steps (no terminal)")
       ->check(positive());
   cmd->add_option("--threads", o->threads, "CPU threads (0 = all cores)")->check(non_negative());
+  cmd->add_option("--routing", o->routing,
+                  "the CPU's routing: reference (reference/routing.cpp at every site) or fast "
+                  "(cpu/routing_versions.h); the GPU picks its own")
+      ->check(CLI::IsMember(cpu_routing_names()));
   cmd->add_flag("--quiet,-q", o->quiet, "print nothing but errors");
   cmd->add_option("--resume", *resume_dir,
                   "continue the run in DIR with its saved options (--steps N extends it)");

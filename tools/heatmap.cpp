@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "file_util.h"
+#include "routing_versions.h"
 
 namespace mhar::toy {
 
@@ -47,6 +48,7 @@ RoutingMap routing_map(const Config& cfg, const Params<float>& p, const Batch& b
   RoutingMap map;
   if (!cfg.routed()) return map;
   Cache<float> cache;
+  cache.routing = &fast_routing<float>();
   model_logits<float>(cfg, p, batch.tokens, B, &cache);
   map.H = cfg.route_heads();
   map.sites = site_names(cfg);

@@ -41,7 +41,7 @@ namespace toy {
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TrainOptions, data, steps, batch, lr, min_lr_ratio, warmup,
                                    weight_decay, clip, seed, val_fraction, eval_every, eval_batches,
                                    ckpt_every, heatmap_every, figure_formats, log_every, device,
-                                   threads)
+                                   threads, routing)
 
 /// The fields every metrics.jsonl row has.
 struct MetricsFields {

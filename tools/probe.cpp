@@ -12,6 +12,7 @@
 #include "errors.h"
 #include "heatmap.h"
 #include "routing.h"
+#include "routing_versions.h"
 
 namespace mhar::toy {
 
@@ -111,6 +112,7 @@ ProbeResult probe_model(const Config& cfg, const Params<float>& pf, const Batch&
     throw UsageError(fmt::format("--null-draws must be positive, got {}", opt.null_draws));
   const Params<double> p = cast_params<double>(pf);
   Cache<double> cache;
+  cache.routing = &fast_routing<double>();
   model_forward<double>(cfg, p, batch.tokens, batch.targets, B, &cache);
   ProbeResult res;
   res.H = cfg.route_heads();

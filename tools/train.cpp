@@ -28,6 +28,7 @@
 #include "json_types.h"
 #include "memory.h"
 #include "optim.h"
+#include "routing_versions.h"
 
 #ifdef MHAR_WITH_CUDA
 #include "cuda/device.h"
@@ -54,6 +55,7 @@ TrainOptions train_options_from_json(const nlohmann::json& j, const std::string&
   try {
     nlohmann::json t = j.at("train");
     if (!t.contains("figure_formats")) t["figure_formats"] = o.figure_formats;  // before --format
+    if (!t.contains("routing")) t["routing"] = o.routing;  // before --routing: the fast one
     t.get_to(o);
   } catch (const nlohmann::json::exception& e) {
     throw UsageError(where + ": bad run config: " + e.what());
@@ -101,6 +103,11 @@ void validate(const TrainOptions& o) {
   }
   if (o.warmup < 0) throw UsageError("--warmup must be 0 or positive");
   if (o.threads < 0) throw UsageError("--threads must be 0 (all cores) or positive");
+  try {
+    parse_cpu_routing(o.routing);
+  } catch (const ShapeError& e) {
+    throw UsageError(std::string("--routing: ") + e.what());
+  }
   if (!(o.lr > 0 && std::isfinite(o.lr)))
     throw UsageError(fmt::format("--lr must be positive, got {}", o.lr));
   if (!(o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1))
@@ -147,11 +154,15 @@ class Backend {
   virtual std::string describe() const = 0;
 };
 
-/// The CPU reference, on the host tensors themselves.
+/// The CPU model, on the host tensors themselves, its routing sites run by `routing`.
 class CpuBackend : public Backend {
  public:
-  CpuBackend(const Config& cfg, int batch, Params<float>& p, Params<float>& m, Params<float>& v)
-      : cfg_(cfg), batch_(batch), p_(p), m_(m), v_(v) {}
+  CpuBackend(const Config& cfg, int batch, Params<float>& p, Params<float>& m, Params<float>& v,
+             CpuRouting routing)
+      : cfg_(cfg), batch_(batch), p_(p), m_(m), v_(v), routing_(routing) {
+    cache_.routing = &cpu_routing<float>(routing);
+    eval_cache_.routing = cache_.routing;
+  }
   float forward(const Batch& b) override {
     return model_forward<float>(cfg_, p_, b.tokens, b.targets, batch_, &cache_);
   }
@@ -161,23 +172,27 @@ class CpuBackend : public Backend {
     adamw_step(p_, m_, v_, grads_, step, lr, hyper);
   }
   float loss(const Batch& b) override {
-    return model_forward<float>(cfg_, p_, b.tokens, b.targets, batch_, nullptr);
+    return model_forward<float>(cfg_, p_, b.tokens, b.targets, batch_, &eval_cache_);
   }
   void sync() override {}
   std::string describe() const override {
 #ifdef _OPENMP
-    return fmt::format("CPU ({} threads)", omp_get_max_threads());
+    const int threads = omp_get_max_threads();
 #else
-    return "CPU (1 thread)";
+    const int threads = 1;
 #endif
+    return fmt::format("CPU ({} thread{}, {} routing)", threads, threads == 1 ? "" : "s",
+                       cpu_routing_name(routing_));
   }
 
  private:
   const Config& cfg_;
   int batch_;
   Params<float>&p_, &m_, &v_;
+  CpuRouting routing_;
   Params<float> grads_;
-  Cache<float> cache_;
+  Cache<float> cache_,
+      eval_cache_;  // the step's, and validation's (the step's is kept for its backward)
 };
 
 #ifdef MHAR_WITH_CUDA
@@ -223,11 +238,11 @@ class CudaBackend : public Backend {
 
 std::unique_ptr<Backend> make_backend([[maybe_unused]] const std::string& device, const Config& cfg,
                                       int batch, Params<float>& p, Params<float>& m,
-                                      Params<float>& v) {
+                                      Params<float>& v, CpuRouting routing) {
 #ifdef MHAR_WITH_CUDA
   if (device == "cuda") return std::make_unique<CudaBackend>(cfg, batch, p, m, v);
 #endif
-  return std::make_unique<CpuBackend>(cfg, batch, p, m, v);
+  return std::make_unique<CpuBackend>(cfg, batch, p, m, v, routing);
 }
 
 /// Mean validation loss over the same eval_batches windows at every evaluation.
@@ -392,7 +407,8 @@ int run_loop(const TrainOptions& o, const std::string& device, const fs::path& d
 #ifdef _OPENMP
   if (o.threads > 0) omp_set_num_threads(o.threads);
 #endif
-  const std::unique_ptr<Backend> backend = make_backend(device, o.cfg, o.batch, p, m, v);
+  const std::unique_ptr<Backend> backend =
+      make_backend(device, o.cfg, o.batch, p, m, v, parse_cpu_routing(o.routing));
   Metrics metrics;
   metrics.open(dir, start_step);
   print_run_header(o, p, *backend, corpus, dir);

@@ -33,10 +33,11 @@ struct TrainOptions {
   int eval_every = 100;
   int eval_batches = 8;
   int ckpt_every = 100;
-  int heatmap_every = 100;  ///< 0: only at the end
+  int heatmap_every = 100;                 ///< 0: only at the end
   std::string figure_formats = "png,svg";  ///< of the heatmaps: io::parse_formats
   int log_every = 10;
-  int threads = 0;  ///< 0: all cores
+  int threads = 0;               ///< 0: all cores
+  std::string routing = "fast";  ///< the CPU's routing: cpu_routing_names (cpu/routing_versions.h)
   bool quiet = false;
 };
 

@@ -632,11 +632,12 @@ TEST_CASE(
   CHECK_THAT(r.out, Contains("all 3 sites of the stack"));
   for (const std::string t : {"1", "2"}) {
     CHECK(rows["copy - @" + t] == 2);  // one for the site's table, one for the stack's
-    for (const std::string op : {"forward", "backward"})
-      for (const std::string v : {"1 ref", "2 fast"}) CHECK(rows[op + " " + v + " @" + t] == 1);
-    CHECK(rows["stack-fwd 2 fast @" + t] == 1);
-    CHECK(rows["stack-bwd 2 fast @" + t] == 1);
-    CHECK(rows["stack-bwd 3 source @" + t] == 1);
+    for (const std::string v : {"F1 ref", "F2 fast"}) CHECK(rows["forward " + v + " @" + t] == 1);
+    for (const std::string v : {"B1 ref", "B2 fast"}) CHECK(rows["backward " + v + " @" + t] == 1);
+    CHECK(rows["stack-fwd F2 fast @" + t] == 1);
+    CHECK(rows["stack-fwd F3 stack @" + t] == 1);
+    CHECK(rows["stack-bwd B2 fast @" + t] == 1);
+    CHECK(rows["stack-bwd B3 stack @" + t] == 1);
   }
 }
 

@@ -14,9 +14,15 @@
  * Head h owns the contiguous columns [h·K, (h+1)·K), K = d / H.
  *
  * Templated on the arithmetic type: double gives the verify kit's truth, float the yardstick (the
- * same loops with float accumulation). reference/routing.h is the project's own reference (fixed
- * eps, scale 1, a gain, no delta); tests/verify/test_general_routing.cpp holds this file to it
- * where the conventions coincide, and its backward to central differences everywhere.
+ * same loops with float accumulation).
+ *
+ * Why this is not reference/routing.h: the reference computes one convention, the model's (eps
+ * 1e-6, scale 1, a gain, no delta output), while the verify kit grades kernels written for
+ * other conventions too, so eps, the scale, the gain and the delta output are parameters here.
+ * It also stays free of Eigen and of the reference library: the kit (mhar_verify) reads and
+ * grades result files from any kernel, and the emulator and the CUDA tests link it alone.
+ * tests/verify/test_general_routing.cpp holds this file to the reference where the conventions
+ * coincide, and its backward to central differences everywhere.
  */
 #pragma once
 

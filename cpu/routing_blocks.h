@@ -1,9 +1,11 @@
 /**
  * @file routing_blocks.h
- * @brief What CPU routing versions 2 (routing_fast.cpp), 3 and 4 (routing_stack.cpp) share:
- *        blocks of positions across OpenMP threads, sub-blocks whose rows stay in cache, per-head
- *        sums and the weighted sum of step (4) in fixed-size vector steps, and per-thread
- *        scratch. Internal to reference/.
+ * @ingroup cpu
+ * @brief What the fast CPU routing versions F2, B2 (routing_fast_*.cpp), F3 and B3
+ *        (routing_stack_*.cpp) share: blocks of positions across OpenMP threads, sub-blocks whose
+ *        rows stay in cache, per-head sums and the weighted sum of step (4) in fixed-size vector
+ *        steps (AVX intrinsics where the build has them), and per-thread scratch. Internal to
+ *        cpu/.
  */
 #pragma once
 
@@ -98,7 +100,7 @@ inline std::size_t whole_lanes(std::size_t n) {
  * partial sums waits on itself (each add needs the one before); four keep the adders busy. The
  * order of every addition is fixed by K and H alone, never by timing or threads. Always inlined:
  * it runs once a row, and once a third caller appeared GCC stopped inlining it, which made
- * version 3's backward slower by about a tenth.
+ * B3 slower by about a tenth.
  */
 template <typename T, bool kTwo, bool kSquares>
 [[gnu::always_inline]] inline T head_sums(const T* x, const T* y, const T* w, Eigen::Index K, int H,
@@ -170,8 +172,8 @@ template <typename T, int kVectors>
 template <typename T>
 [[gnu::always_inline]] inline void head_vectors(const T* x, const T* y, Eigen::Index K, int H,
                                                 T* v, T* tail) {
-  // The usual head widths, with loops the compiler unrolls (a tenth of version 3's backward
-  // at d = 128, H = 4); every other K takes the loop, with the same order of additions.
+  // The usual head widths, with loops the compiler unrolls (a tenth of B3 at d = 128, H = 4);
+  // every other K takes the loop, with the same order of additions.
   switch (K) {
     case kLanes: return head_vectors_fixed<T, 1>(x, y, H, v, tail);
     case 2 * kLanes: return head_vectors_fixed<T, 2>(x, y, H, v, tail);
@@ -225,7 +227,7 @@ inline void lane_sums(const T* v, const T* tail, Eigen::Index n, T* s) {
 /**
  * Step (4) for one position: o[c] = Σ_i w[i][h(c)] · rows[i][c], where rows[i] is the
  * position's row of source i (d = H·K values) and w[i] its H routing weights there; if kTwo,
- * also o2[c] = Σ_i w2[i][h(c)] · rows[i][c] from the same reads (version 4: a site's output and
+ * also o2[c] = Σ_i w2[i][h(c)] · rows[i][c] from the same reads (F3: a site's output and
  * the next site's partial sum). Column tiles of one head are summed over i in registers (four
  * independent vectors an output, so each source's multiply-adds need not wait on the last) and
  * stored once. With ahead > 0 it also asks the cache for rows[i] + ahead (a hint only: no result
@@ -297,7 +299,7 @@ template <typename T, bool kTwo = false>
  * x[k] = exp(x[k]) for k < n, in vector steps only, the last one padded. So an entry's value
  * depends on its input alone, never on its address: Eigen's own loops over a Map begin with
  * scalar steps up to the first aligned address, and its scalar exp rounds differently from its
- * vector one, which made version 4's weights differ between runs in the last bit.
+ * vector one, which made F3's weights differ between runs in the last bit.
  */
 template <typename T>
 inline void exp_in_place(T* x, Eigen::Index n) {

@@ -1,28 +1,16 @@
 /**
  * @file routing_fast.h
- * @ingroup reference
- * @brief Depth routing at one site, CPU version 2: the reference's math in a loop order that
- *        reads each source row from memory once, split over positions across OpenMP threads.
- *
- * CPU routing versions (docs/style.md §6; the CUDA ones are in cuda/routing.h):
- *   1  routing_forward / routing_backward (routing.h): the reference, one Eigen line per step
- *      of docs/design.md §1 over all P positions; each step re-reads every source (3 reads
- *      forward).
- *   2  routing_forward_fast / routing_backward_fast (here): same as 1, but a few positions at
- *      a time (a sub-block whose N source rows stay in cache), source by source within it,
- *      blocks of positions across threads, and the backward's D = ⟨dout, out⟩ instead of a
- *      pass over the weights.
- *   3  RoutingStackBackward (routing_stack.h): the backward of all the sites of an attnres or
- *      mhar stack at once, one source at a time: each source's gradient written once, not
- *      read and written at every site that reads the source.
- *   4  RoutingStackForward (routing_stack.h): the forward of the same stack: each source's
- *      logits at every later site computed once, when the source is written, so a site is
- *      the softmax of saved logits and one read of each source row.
+ * @ingroup cpu
+ * @brief Depth routing at one site, F2 (forward) and B2 (backward): the reference's math in a
+ *        loop order that reads each source row from memory once, split over positions across
+ *        OpenMP threads. routing_versions.h lists the versions; routing_fast_forward.cpp and
+ *        routing_fast_backward.cpp say what each changes.
  *
  * Same arguments, same saved state (so either backward takes either forward's RoutingSaved),
- * same `=` / `+=` contract as version 1. The model (model.cpp) runs version 2 in the block and
- * delta modes (attnres and mhar use versions 4 and 3), and the decoder's step; the tests
- * check it against version 1 in float and double and through the finite-difference gradient checks.
+ * same `=` / `+=` contract as F1 and B1 (reference/routing.h). The fast routing
+ * (routing_versions.h) runs them at the block and delta sites and in the decoder's step; the
+ * tests check them against F1 and B1 in float and double and through the finite-difference
+ * gradient checks.
  *
  * Determinism: positions are cut into blocks of kRoutingBlock, fixed by P alone, and blocks
  * into sub-blocks of R rows, fixed by N, d and the scalar type alone. A block is done by one
@@ -37,13 +25,13 @@
 
 namespace mhar {
 
-/// Positions per block of version 2. Fixed, never derived from the thread count: the block
+/// Positions per block of F2 and B2. Fixed, never derived from the thread count: the block
 /// partials of dq and dg, and so the result's bits, depend on P only. 32 positions keep the
 /// per-block partial sums small (2 · d values a block) and give 2 threads 16+ blocks at P ≥ 512.
 inline constexpr Eigen::Index kRoutingBlock = 32;
 
 /**
- * @brief Routing forward, version 2 (same contract as routing_forward).
+ * @brief Routing forward, F2 (same contract as routing_forward).
  *
  * Per sub-block of positions: one pass over each source's rows computes r_i and z_i[h] (steps
  * (1), (2)); then per position the softmax over i per head (3) runs on N × H numbers, and (4)
@@ -56,7 +44,7 @@ void routing_forward_fast(Mat<T>& out, RoutingSaved<T>& saved, std::span<const M
                           const Eigen::Ref<const RowVec<T>>& g, int H);
 
 /**
- * @brief Routing backward, version 2 (same contract as routing_backward).
+ * @brief Routing backward, B2 (same contract as routing_backward).
  *
  * Per sub-block of positions: D[h] = ⟨dout_h, out_h⟩ once a position, then source by source,
  * one read of each row for a_i[h] and kp_i[h] and one more (from cache) for dS_i and the dq, dg
