@@ -1,0 +1,98 @@
+/**
+ * @file cli_common.cpp
+ * @brief cli_common.h: the flag validators, the model-shape flags, --format and --cuda-sync.
+ */
+#include "cli_common.h"
+
+#include <string>
+
+#include "errors.h"
+
+#ifdef MHAR_WITH_CUDA
+#include "cuda/device.h"
+#endif
+
+namespace mhar::toy {
+
+namespace {
+
+/// A validator that parses the value as a double and accepts it when ok(value).
+CLI::Validator number_where(bool (*ok)(double), const std::string& name, const std::string& need) {
+  return CLI::Validator(
+      [ok, need](std::string& input) -> std::string {
+        double v = 0;
+        std::size_t used = 0;
+        try {
+          v = std::stod(input, &used);
+        } catch (const std::exception&) {
+          return "'" + input + "' is not a number";
+        }
+        if (used != input.size()) return "'" + input + "' is not a number";
+        return ok(v) ? std::string() : need + ", got " + input;
+      },
+      name);
+}
+
+}  // namespace
+
+const CLI::Validator& positive() {
+  static const CLI::Validator v =
+      number_where([](double x) { return x > 0; }, "POSITIVE", "must be positive");
+  return v;
+}
+
+const CLI::Validator& non_negative() {
+  static const CLI::Validator v =
+      number_where([](double x) { return x >= 0; }, "NONNEGATIVE", "must be 0 or positive");
+  return v;
+}
+
+void add_cuda_sync_flag(CLI::App& cmd, bool& on) {
+  cmd.add_flag("--cuda-sync", on,
+               "debug: synchronise and check after every CUDA launch, so a fault names its "
+               "kernel (slow; same as MHAR_CUDA_SYNC=1)");
+}
+
+void apply_cuda_sync(bool on) {
+#ifdef MHAR_WITH_CUDA
+  if (on) mhar::cuda::set_sync_launches(true);
+#else
+  (void)on;
+#endif
+}
+
+void add_model_flags(CLI::App& cmd, Config& cfg, std::string& mode) {
+  cmd.add_option("--mode", mode, "residual mode")->check(CLI::IsMember(mode_names()));
+  cmd.add_option("--heads,-H", cfg.H,
+                 "routing heads H (must divide d; 0 = n_kv_head; attnres uses 1)")
+      ->check(non_negative());
+  cmd.add_option("--d", cfg.d, "model width d")->check(positive());
+  cmd.add_option("--layers,-L", cfg.L, "transformer blocks L")->check(positive());
+  cmd.add_option("--n-head", cfg.n_head, "attention query heads")->check(positive());
+  cmd.add_option("--n-kv-head", cfg.n_kv_head, "attention key/value heads (grouped-query)")
+      ->check(positive());
+  cmd.add_option("--ffn", cfg.ffn, "SwiGLU hidden width")->check(positive());
+  cmd.add_option("--seq-len,-T", cfg.T, "tokens (bytes) per sequence T")->check(positive());
+  cmd.add_option("--blocks", cfg.n_blocks, "blocks for the block and delta modes")
+      ->check(positive());
+}
+
+Config model_config(Config cfg, const std::string& mode) {
+  try {
+    cfg.mode = parse_mode(mode);
+    cfg.validate();
+  } catch (const ShapeError& e) {
+    throw UsageError(e.what());
+  }
+  return cfg;
+}
+
+std::vector<io::Format> parse_format_flag(const std::string& list) {
+  try {
+    return io::parse_formats(list);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--format: ") + e.what());
+  }
+}
+
+}  // namespace mhar::toy
