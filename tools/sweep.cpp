@@ -20,6 +20,7 @@
 #include "file_util.h"
 #include "json_types.h"
 #include "probe.h"
+#include "sweep_stats.h"
 
 namespace mhar::toy {
 
@@ -78,6 +79,7 @@ std::vector<SweepRow> summarize_sweep(const std::string& dir_s,
                                       std::vector<std::string>* unfinished) {
   struct Acc {
     std::vector<double> val, excess;
+    std::map<int, double> by_seed;
   };
   std::map<std::tuple<int, int, int>, Acc> groups;  // (mode rank, d, H)
   std::map<int, std::string> mode_names;
@@ -114,6 +116,7 @@ std::vector<SweepRow> summarize_sweep(const std::string& dir_s,
     Acc& acc = groups[{mode_rank(mode), cfg.d, H}];
     mode_names[mode_rank(mode)] = mode;
     acc.val.push_back(val);
+    acc.by_seed[j.at("train").at("seed").get<int>()] = val;
     if (cfg.routed() && cfg.route_heads() == 1) {
       const Checkpoint ck = load_checkpoint((run / "checkpoint.safetensors").string());
       const std::string data = j.at("train").at("data").get<std::string>();
@@ -130,6 +133,7 @@ std::vector<SweepRow> summarize_sweep(const std::string& dir_s,
     const auto [rank, d, H] = key;
     SweepRow r;
     r.mode = mode_names[rank], r.d = d, r.H = H, r.n = static_cast<int>(acc.val.size());
+    r.val_by_seed = acc.by_seed;
     double s = 0, ss = 0;
     for (double v : acc.val) s += v;
     r.val_mean = s / r.n;
@@ -169,9 +173,13 @@ void write_sweep_summary(const std::string& dir, const std::vector<SweepRow>& ro
                       number_or_empty(r.val_sd), number_or_empty(r.delta_vs_residual, "{:+.4f}"),
                       number_or_empty(r.excess_mean));
   }
+  const std::vector<PairedStat> paired = paired_stats(rows);
+  md += paired_markdown(paired);
   io::write_text_file_atomic((fs::path(dir) / "summary.csv").string(), csv);
+  io::write_text_file_atomic((fs::path(dir) / "summary-paired.csv").string(), paired_csv(paired));
   io::write_text_file_atomic((fs::path(dir) / "summary.md").string(), md);
   write_sweep_figures(dir, rows);
+  write_delta_figure(dir, paired);
 }
 
 std::vector<std::string> write_sweep_figures(const std::string& dir,

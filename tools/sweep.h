@@ -12,10 +12,13 @@
  * The summary (DIR/summary.csv, DIR/summary.md) has one row per (mode, d, H):
  * mode,d,H,n,val_mean,val_sd,delta_vs_residual,excess_mean — val is each run's final validation
  * loss from its metrics.jsonl; the excess is `probe`'s mean learned excess, on single-head runs.
+ * DIR/summary-paired.csv (and a section of summary.md) compare the rows at each width seed by
+ * seed (sweep_stats.h): d,a,b,n,mean,sd,ci_lo,ci_hi,a_wins.
  */
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -55,6 +58,7 @@ struct SweepRow {
   double val_mean = 0, val_sd = 0;
   double delta_vs_residual = 0;  ///< NaN when no residual run at this width
   double excess_mean = 0;        ///< NaN unless single-head routing
+  std::map<int, double> val_by_seed;  ///< each finished run's final val loss, by seed
 };
 
 /// Reads every finished run of `dir` (its config.json and metrics.jsonl), probes the single-head
@@ -63,7 +67,8 @@ struct SweepRow {
 std::vector<SweepRow> summarize_sweep(const std::string& dir,
                                       std::vector<std::string>* unfinished = nullptr);
 
-/// Writes DIR/summary.csv and DIR/summary.md (atomically) from the rows, and the figures.
+/// Writes DIR/summary.csv and DIR/summary.md (atomically) from the rows, the paired statistics
+/// by seed (DIR/summary-paired.csv and a section of summary.md; sweep_stats.h), and the figures.
 void write_sweep_summary(const std::string& dir, const std::vector<SweepRow>& rows);
 
 /// DIR/val-vs-width.{png,svg} (mean ± sd per mode over width) and DIR/excess-vs-width.{png,svg}

@@ -479,6 +479,33 @@ TEST_CASE("figures: line plot text: title, axes, legend and 1-2-5 ticks", "[figu
   CHECK_FALSE(fs::exists(dir.file("bad.png")));
 }
 
+TEST_CASE("figures: error bars span lo to hi in their series' colour", "[figures]") {
+  LinePlot p;
+  p.series.push_back({"flat", {0, 1, 2}, {0, 0, 0}, false});
+  p.series.push_back({"reference", {0, 2}, {-4, 4}, true});  // fixes the y range to [-4, 4]
+  p.error_bars.push_back({0, {-2, -2, std::nan("")}, {2, 2, std::nan("")}});
+  TempDir dir;
+  write_lineplot(dir.file("bars"), kPng, p);
+  const Image img = decode_png(dir.file("bars.png"));
+  // The flat line sits at one row; its bars reach half way to the frame above and below it.
+  int line_row = -1, top = img.h, bottom = -1;
+  for (int y = 0; y < img.h; ++y)
+    for (int x = 0; x < img.w * 3 / 4; ++x)
+      if (colour_distance(img.at(x, y), 31, 119, 180) < 10) {
+        top = std::min(top, y), bottom = std::max(bottom, y);
+        if (x > img.w * 11 / 20 && x < img.w * 7 / 10) line_row = y;  // past the bar at x = 1
+      }
+  REQUIRE(line_row > 0);
+  CHECK(line_row - top > 60);
+  CHECK(bottom - line_row > 60);
+  CHECK(std::abs((line_row - top) - (bottom - line_row)) <= 3);  // symmetric, ±2
+  p.error_bars[0].hi.pop_back();
+  CHECK_THROWS_WITH(write_lineplot(dir.file("bad"), kAll, p),
+                    Catch::Contains("error bars of series 0 (of 2) need one lo and one hi"));
+  p.error_bars[0] = {5, {}, {}};
+  CHECK_THROWS_AS(write_lineplot(dir.file("bad"), kAll, p), std::invalid_argument);
+}
+
 TEST_CASE("figures: bar chart has one bar per finite value, and its labels", "[figures]") {
   BarChart c;
   c.title = "Head disagreement, mean pairwise Jensen–Shannon divergence: mhar H=4, step 600";

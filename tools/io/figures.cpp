@@ -624,22 +624,41 @@ void draw_axes(Canvas& cv, const Axes& ax, const Ticks& x_ticks, const Ticks& y_
     cv.text(y_label_x, (ax.y0 + ax.y1) / 2, y_label, Font::Normal, kText, Align::Middle, true);
 }
 
-void draw_lineplot(Canvas& cv, const LinePlot& plot) {
+/// Throws std::invalid_argument for series or error bars whose sizes do not match.
+void check_lineplot(const LinePlot& plot) {
   for (const Series& s : plot.series)
     if (s.x.size() != s.y.size())
       throw std::invalid_argument(
           fmt::format("line plot '{}': series '{}' has {} x values and {} y values", plot.title,
                       s.label, s.x.size(), s.y.size()));
+  for (const ErrorBars& e : plot.error_bars)
+    if (e.series >= plot.series.size() || e.lo.size() != plot.series[e.series].x.size() ||
+        e.hi.size() != e.lo.size())
+      throw std::invalid_argument(fmt::format(
+          "line plot '{}': error bars of series {} (of {}) need one lo and one hi per point",
+          plot.title, e.series, plot.series.size()));
+}
+
+void draw_lineplot(Canvas& cv, const LinePlot& plot) {
+  check_lineplot(plot);
   auto usable = [&](double x, double y) {
     return std::isfinite(x) && std::isfinite(y) && (!plot.log_y || y > 0);
   };
 
   // 1. Data ranges over the usable points; y in log10 units on a log axis.
   std::vector<double> xs, ys;
+  const auto bar = [&](const ErrorBars& e, std::size_t i) {  // a bar to draw at point i
+    const double x = plot.series[e.series].x[i];
+    return usable(x, e.lo[i]) && usable(x, e.hi[i]);
+  };
   for (const Series& s : plot.series)
     for (std::size_t i = 0; i < s.x.size(); ++i)
       if (usable(s.x[i], s.y[i]))
         xs.push_back(s.x[i]), ys.push_back(plot.log_y ? std::log10(s.y[i]) : s.y[i]);
+  for (const ErrorBars& e : plot.error_bars)
+    for (std::size_t i = 0; i < e.lo.size(); ++i)
+      if (bar(e, i))
+        for (double v : {e.lo[i], e.hi[i]}) ys.push_back(plot.log_y ? std::log10(v) : v);
   Range xr = finite_range(xs, 0, 1), yr = finite_range(ys, 0, 1);
   const double xm = 0.02 * (xr.hi - xr.lo), ym = 0.05 * (yr.hi - yr.lo);
   xr = {xr.lo - xm, xr.hi + xm};
@@ -685,6 +704,15 @@ void draw_lineplot(Canvas& cv, const LinePlot& plot) {
       }
     }
   }
+  for (const ErrorBars& e : plot.error_bars)  // a vertical line with end caps
+    for (std::size_t i = 0; i < e.lo.size(); ++i)
+      if (bar(e, i)) {
+        const double x = ax.px(plot.series[e.series].x[i]), y0 = ax.py(e.lo[i]),
+                     y1 = ax.py(e.hi[i]);
+        cv.polyline({{x, y0}, {x, y1}}, series_colour(e.series), 1.5);
+        for (double y : {y0, y1})
+          cv.polyline({{x - 5, y}, {x + 5, y}}, series_colour(e.series), 1.5);
+      }
   cv.frame(left, top, right - left, bottom - top, kAxis);
   for (std::size_t k = 0; k < plot.series.size(); ++k) {
     const double y = top + 8 + lh * 1.3 * static_cast<double>(k) + lh / 2, x = right + kPad;

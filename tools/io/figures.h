@@ -58,11 +58,19 @@ struct Series {
   bool dashed = false;
 };
 
+/// Vertical error bars of one series (its index in LinePlot::series): at point i, a bar from
+/// lo[i] to hi[i] in the series' colour, with end caps; a point whose ends are NaN has none.
+struct ErrorBars {
+  std::size_t series = 0;
+  std::vector<double> lo, hi;
+};
+
 /// Axes with 1-2-5 ticks (decades when log_y), a legend to the right, one colour per series.
 struct LinePlot {
   std::string title, x_label, y_label;
   std::vector<Series> series;
   bool log_y = false;
+  std::vector<ErrorBars> error_bars;
 };
 
 /// One bar per label, from 0 to the value (negative values go down), the value printed above.
@@ -81,7 +89,8 @@ struct BarChart {
 std::vector<std::string> write_heatmaps(const std::string& stem, const std::vector<Format>& formats,
                                         const std::vector<Heatmap>& panels,
                                         const std::string& suptitle);
-/// Throws std::invalid_argument when a series has x.size() ≠ y.size().
+/// Throws std::invalid_argument when a series has x.size() ≠ y.size(), or error bars name no
+/// series or do not have one lo and one hi per point of theirs.
 std::vector<std::string> write_lineplot(const std::string& stem, const std::vector<Format>& formats,
                                         const LinePlot& plot);
 /// Throws std::invalid_argument when labels.size() ≠ values.size().
