@@ -5,6 +5,7 @@
  *        the truth, fails what is wrong, NaN or misshapen, and never counts a missing case or
  *        tensor as a pass. The planted mistakes are in tests/verify/CMakeLists.txt (Python).
  */
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "../io/temp_dir.h"
 #include "cases.h"
 #include "half.h"
+#include "known_bugs.h"
 #include "safetensors.h"
 #include "verify.h"
 
@@ -436,4 +438,94 @@ TEST_CASE("verify: under --convention hf-rmsnorm the yardstick rounds the key li
   const Case peaked = load_case(run.cases + "/09-peaked.bf16.safetensors");
   CHECK(yardsticks(peaked, Convention::HfRmsnorm).at("dq") > peaked.yardstick.at("dq"));
   CHECK(yardsticks(peaked, Convention::Exact) == peaked.yardstick);
+}
+
+namespace {
+
+/// The online softmax of a fused forward with the running sum's rescale left out, run as a
+/// kernel would run it: logits from the inputs, then one pass over the sources.
+std::vector<double> buggy_online_forward(const Case& c) {
+  const int N = c.in.N, P = c.in.P, d = c.in.d, H = c.spec.H, K = d / H;
+  std::vector<double> out(static_cast<std::size_t>(P) * d);
+  for (int p = 0; p < P; ++p)
+    for (int h = 0; h < H; ++h) {
+      double m = -INFINITY, l = 0;
+      std::vector<double> acc(K, 0.0);
+      for (int i = 0; i < N; ++i) {
+        const double* S = &c.in.sources[(static_cast<std::size_t>(i) * P + p) * d];
+        double ss = 0, z = 0;
+        for (int col = 0; col < d; ++col) ss += S[col] * S[col];
+        for (int col = h * K; col < (h + 1) * K; ++col)
+          z += c.in.q[col] * (c.spec.gain ? c.in.g[col] : 1.0) * S[col];
+        z *= c.spec.scale / std::sqrt(ss / d + c.spec.eps);
+        const double mn = std::max(m, z);
+        l = l * std::exp(m - mn) + std::exp(z - mn);
+        for (int k = 0; k < K; ++k) acc[k] += std::exp(z - mn) * S[h * K + k];  // no rescale
+        m = mn;
+      }
+      for (int k = 0; k < K; ++k) {
+        const std::size_t at = static_cast<std::size_t>(p) * d + h * K + k;
+        out[at] = acc[k] / l;
+        if (c.spec.delta) out[at] = c.in.partial[at] + c.in.gate * out[at];
+      }
+    }
+  return out;
+}
+
+bool has_hint(const VerifyReport& r, const std::string& file_part, const std::string& words) {
+  for (const auto& x : r.rows)
+    if (x.file.find(file_part) != std::string::npos && x.tensor == "(hint)" &&
+        x.note.find(words) != std::string::npos)
+      return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("verify: a running sum never rescaled and a race get hints of their own", "[verify]") {
+  TempDir dir;
+  const std::string cases = dir.file(".") + "/cases", res = dir.file(".") + "/res";
+  write_cases(cases, "quick", {DType::F32}, 0);
+  // The model the hint compares with is the buggy kernel's output, computed independently.
+  for (const ManifestEntry& e : load_manifest(cases).cases) {
+    const Case c = load_case(cases + "/" + e.file);
+    CAPTURE(e.file);
+    const std::vector<double> model = out_without_rescale(c), run = buggy_online_forward(c);
+    CHECK(relative_error(model, run) < 1e-12);
+  }
+  write_results(cases, res, "F32", [](const Case& c, mhar::io::SafeTensors& st) {
+    const std::vector<double> bad = out_without_rescale(c);
+    const std::vector<float> f(bad.begin(), bad.end());
+    tensor(st, "out") = mhar::io::Tensor::from_f32(c.shape_of("out"), f.data());
+  });
+  const VerifyReport r = verify_results({cases, res, "", true});
+  int failed = 0;
+  for (const auto& x : r.rows)
+    if (x.tensor == "out" && x.verdict == "FAIL") {
+      ++failed;
+      CAPTURE(x.file);
+      CHECK(has_hint(r, x.file, "not rescaled when the running max moves"));
+      CHECK_FALSE(has_hint(r, x.file, "check the mix"));
+    }
+  CHECK(failed >= 3);                                // the bug shows wherever the max moved
+  CHECK(row(r, "01-n1", "out")->verdict == "pass");  // one source: nothing to rescale
+  // An out that is wrong in another way keeps the tensor-by-tensor hint.
+  const std::string other = dir.file(".") + "/other";
+  write_results(cases, other, "F32", [](const Case& c, mhar::io::SafeTensors& st) {
+    if (c.spec.id == "oddp") reinterpret_cast<float*>(tensor(st, "out").bytes.data())[7] += 1.0f;
+  });
+  const VerifyReport r2 = verify_results({cases, other, "", true});
+  CHECK(has_hint(r2, "oddp", "check the mix"));
+  CHECK_FALSE(has_hint(r2, "oddp", "not rescaled"));
+  // Two runs that differ: a race, with where to look for the missing barrier.
+  const std::string again = dir.file(".") + "/again";
+  write_results(cases, again, "F32", [](const Case& c, mhar::io::SafeTensors& st) {
+    if (c.spec.id == "oddp") reinterpret_cast<float*>(tensor(st, "out").bytes.data())[7] += 1.0f;
+  });
+  fs::remove_all(res);
+  write_results(cases, res, "F32");
+  const VerifyReport r3 = verify_results({cases, res, again, true});
+  CHECK(has_hint(r3, "oddp", "a race"));
+  CHECK(has_hint(r3, "oddp", "__syncthreads()"));
+  CHECK_FALSE(has_hint(r3, "h1", "a race"));
 }
