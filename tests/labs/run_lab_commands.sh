@@ -13,6 +13,10 @@
 #       each line on its own; must exit non-zero (lab 4's untouched skeleton)
 #   <!-- lab-expect: PATH … -->
 #       files (globs allowed) that must exist once every block has run
+#   <!-- lab-output: COMMAND -->       directly above a fenced block of output quoted in the text
+#       once every block has run, COMMAND (steps reduced as below) runs again and the quoted
+#       block must have the shape of what it prints today (tests/labs/output_shapes.pl: headers,
+#       labels and fields per line, not the noisy digits), so a quote cannot go stale
 # Commands run from a fresh temporary directory holding `data` → SOURCE_DIR/data and
 # `build` → BUILD_DIR, so `build/tools/mhar-toy … --data data/…` works as printed in the lab.
 # Fewer steps: every `--steps N`, `--heatmap-every N`, `--eval-every N`, `--ckpt-every N` and
@@ -24,6 +28,7 @@
 # 77, which ctest reports as skipped.
 set -euo pipefail
 readme=$(cd "$(dirname "$1")" && pwd)/$(basename "$1") src=$(cd "$2" && pwd) build=$(cd "$3" && pwd)
+here=$(cd "$(dirname "$0")" && pwd)
 if [ "${MHAR_LAB_FIGURES:-1}" = 0 ] &&
   grep -qE '^<!-- lab-expect: .*\.(png|svg|pdf)|mhar-toy plot ' "$readme"; then
   echo "skipped: this lab draws figures, and this build has none (Cairo not found or MHAR_FIGURES=OFF)"
@@ -43,6 +48,11 @@ ln -sfn "$src/data" "$work/data"
 ln -sfn "$build" "$work/build"
 cd "$work"
 
+# Replaces every step count N by ceil(N / divisor).
+fewer_steps() {
+  perl -pe 's/(--(?:steps|heatmap-every|eval-every|ckpt-every|repeats)[ =])(\d+)/$1 . int(($2 + '"$divisor"' - 1) \/ '"$divisor"')/ge'
+}
+
 # extract KIND: prints the fenced-block lines of every `<!-- lab-commands KIND -->` region.
 extract() {
   awk -v want="$1" '
@@ -52,8 +62,7 @@ extract() {
     /^<!-- \/lab-commands -->$/ { inside = 0; fence = 0; next }
     inside && /^```/ { fence = !fence; next }
     inside && fence { print }
-  ' "$readme" |
-    perl -pe 's/(--(?:steps|heatmap-every|eval-every|ckpt-every|repeats)[ =])(\d+)/$1 . int(($2 + '"$divisor"' - 1) \/ '"$divisor"')/ge'
+  ' "$readme" | fewer_steps
 }
 
 ran=0
@@ -102,4 +111,28 @@ for pattern in $(sed -n 's/^<!-- lab-expect: \(.*\) -->$/\1/p' "$readme"); do
   fi
 done
 [ "$missing" -eq 0 ] && echo "lab commands ran; expected files present"
+
+# Quoted output blocks: <n>.cmd holds the command, <n>.quoted the block (its indent removed).
+quotes="$work/.lab-quotes"
+rm -rf "$quotes" && mkdir "$quotes"
+perl -ne '
+  BEGIN { $n = 0; $state = 0 }
+  if ($state == 0 && /^\s*<!-- lab-output: (.*) -->\s*$/) { $n++; $state = 1;
+    open(C, ">", "'"$quotes"'/$n.cmd"); print C "$1\n"; close(C); next }
+  if ($state == 1) { die "lab-output marker $n: no fenced block right below it\n" unless /^(\s*)```/;
+    $indent = $1; $state = 2; open(Q, ">", "'"$quotes"'/$n.quoted"); next }
+  if ($state == 2) { if (/^\s*```\s*$/) { close(Q); $state = 0; next } s/^\Q$indent\E//; print Q }
+' "$readme"
+for cmd_file in "$quotes"/*.cmd; do
+  [ -e "$cmd_file" ] || break
+  cmd=$(fewer_steps < "$cmd_file")
+  echo "--- quoted output of: $cmd"
+  bash -c "$cmd" > "${cmd_file%.cmd}.actual" 2>&1 || true
+  if ! perl "$here/output_shapes.pl" "${cmd_file%.cmd}.quoted" "${cmd_file%.cmd}.actual"; then
+    echo "FAIL: the block quoted under <!-- lab-output: $(cat "$cmd_file") --> is stale"
+    missing=1
+  fi
+done
+rm -rf "$quotes"
+[ "$missing" -eq 0 ] && echo "quoted output blocks match what their commands print"
 exit "$missing"
