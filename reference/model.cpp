@@ -59,14 +59,18 @@ Mode parse_mode(const std::string& name) {
 }
 
 namespace {
+/// "1, 2, 4, 8" for d = 8: the divisors below √d and their partners (√d steps, not d: a
+/// d of 2³¹ − 4 is answered at once).
 std::string divisors_of(int d) {
-  std::ostringstream os;
-  bool first = true;
-  for (int k = 1; k <= d; ++k)
+  std::vector<int> low, high;
+  for (int k = 1; static_cast<long>(k) * k <= d; ++k)
     if (d % k == 0) {
-      os << (first ? "" : ", ") << k;
-      first = false;
+      low.push_back(k);
+      if (k != d / k) high.push_back(d / k);
     }
+  low.insert(low.end(), high.rbegin(), high.rend());
+  std::ostringstream os;
+  for (std::size_t i = 0; i < low.size(); ++i) os << (i ? ", " : "") << low[i];
   return os.str();
 }
 }  // namespace
@@ -106,8 +110,8 @@ void Config::validate() const {
   require(head_dim() % 2 == 0, w, "head width d / n_head = ", head_dim(),
           " must be even (RoPE rotates column pairs)");
   require(H >= 0, w, "routing heads H must be positive (or 0 for the default), got ", H);
-  if (routed())
-    require(d % route_heads() == 0, w, "routing heads H = ", route_heads(), " must divide d = ", d,
+  if (routed() && d % route_heads() != 0)  // the list of divisors only when it is printed
+    require(false, w, "routing heads H = ", route_heads(), " must divide d = ", d,
             " (allowed: ", divisors_of(d), ")");
   if (mode == Mode::Block || mode == Mode::Delta)
     require(n_blocks >= 1 && n_blocks <= L, w, "n_blocks must be in [1, L = ", L, "], got ",

@@ -64,7 +64,8 @@ Subcommand register_cases(CLI::App& app) {
             try {
               m = write_cases(o->out, o->set, dtypes, o->seed);
             } catch (const std::filesystem::filesystem_error& e) {
-              throw std::runtime_error("cannot write " + o->out + ": " + e.code().message());
+              // a folder the user named that cannot be written: exit 2 (mhar_toy.cpp)
+              throw std::system_error(e.code(), "cannot write " + o->out);
             }
             const double secs =
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -244,6 +244,11 @@ Subcommand register_eval(CLI::App& app) {
                            model_forward<float>(ck.cfg, ck.params, b.tokens, b.targets, B, &cache));
         }
         const double loss = total / static_cast<double>(windows);
+        if (!std::isfinite(loss))
+          throw UsageError(fmt::format(
+              "{}: the loss on {} is {}: the checkpoint's weights overflow in float (finite, but "
+              "too large to evaluate); no loss is reported",
+              o->ckpt, o->data, loss));
         const double bpb = loss / std::numbers::ln2;
         if (o->json)
           fmt::print(

@@ -16,6 +16,7 @@
 #include "figures.h"
 #include "heatmap.h"  // kFiguresOff
 #include "json_types.h"
+#include "strict_json.h"
 
 namespace mhar::toy {
 
@@ -37,15 +38,20 @@ RunCurves read_run(const std::string& dir) {
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) continue;
     try {
-      const auto row = nlohmann::json::parse(line).get<MetricsRow>();
+      const auto row = io::parse_json_strict(line, metrics.string()).get<MetricsRow>();
       r.step.push_back(static_cast<double>(row.step));
       r.train.push_back(row.train_loss);
       if (row.val_loss) {
         r.val_step.push_back(r.step.back());
         r.val.push_back(*row.val_loss);
       }
-    } catch (const std::exception& e) {
-      throw UsageError(metrics.string() + ": bad line: " + e.what());
+    } catch (const io::StrictJsonError& e) {
+      throw UsageError(std::string(e.what()) + " (a line of " + metrics.string() + ")");
+    } catch (const nlohmann::json::exception&) {  // a field missing or of another type
+      throw UsageError(metrics.string() +
+                       ": a line lacks a number 'step', 'train_loss', 'lr', "
+                       "'grad_norm', 'tokens_per_s' or 'elapsed_s': " +
+                       io::printable_excerpt(line));
     }
   }
   if (r.step.empty()) throw UsageError(metrics.string() + " holds no steps yet");

@@ -6,6 +6,7 @@
  */
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,6 +30,7 @@
 #include "errors.h"
 #include "figures.h"
 #include "json_types.h"
+#include "run_dir.h"
 #include "sweep.h"
 #include "train.h"
 
@@ -65,9 +67,14 @@ std::vector<std::string> parse_words(const std::string& list) {
 
 /// Starts `exe args…` with stdout and stderr appended to `log`; returns the child's pid.
 pid_t spawn(const std::string& exe, const std::vector<std::string>& args, const fs::path& log) {
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error(std::string("sweep: fork failed: ") + std::strerror(errno));
   if (pid == 0) {
+    // The child dies with the sweep, however the sweep dies (its run directory is kill-safe,
+    // run_dir.h); should the sweep be gone already, so is the child.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(137);
     std::FILE* f = std::fopen(log.c_str(), "a");
     if (f) {
       dup2(fileno(f), STDOUT_FILENO);
@@ -214,6 +221,7 @@ Subcommand register_sweep(CLI::App& app) {
             fs::create_directories(fs::path(o->out) / "logs", ec);
             if (ec)
               throw UsageError(fmt::format("sweep: cannot create '{}': {}", o->out, ec.message()));
+            const DirLock lock(o->out, "sweep");  // one sweep at a time in a directory
             const std::string exe = fs::read_symlink("/proc/self/exe").string();
 
             // What each run needs: skip, resume, restart or start.

@@ -4,13 +4,14 @@
  */
 #include "data.h"
 
-#include <cerrno>
-#include <cstring>
+#include <fmt/format.h>
+
 #include <filesystem>
-#include <fstream>
 #include <random>
 
 #include "errors.h"
+#include "file_util.h"
+#include "memory.h"
 
 namespace mhar::toy {
 
@@ -34,12 +35,18 @@ std::vector<std::uint8_t> read_file_bytes(const std::string& given) {
   if (std::filesystem::is_directory(path, ec))
     throw UsageError("'" + path + "' is a directory, not a file (give a text file, e.g. --data " +
                      kDefaultCorpus + ")");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError("cannot open '" + path + "': " + std::strerror(errno));
-  std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)),
-                                  std::istreambuf_iterator<char>());
-  if (in.bad()) throw UsageError("cannot read '" + path + "': " + std::strerror(errno));
-  return bytes;
+  try {
+    // A regular file only (a FIFO would block, /dev/zero never ends), and one that fits.
+    const io::InputFile in(path);
+    if (static_cast<double>(in.size()) > memory_available())
+      throw UsageError(
+          fmt::format("'{}' is {} bytes, more than this machine has available", path, in.size()));
+    std::vector<std::uint8_t> bytes(static_cast<std::size_t>(in.size()));
+    in.read_at(0, bytes.size(), bytes.data());
+    return bytes;
+  } catch (const io::InputError& e) {
+    throw UsageError(e.what());
+  }
 }
 
 Corpus load_corpus(const std::string& path, double val_fraction, int T) {

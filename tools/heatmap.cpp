@@ -12,6 +12,7 @@
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <system_error>
 
 #include "file_util.h"
 #include "routing_versions.h"
@@ -99,7 +100,7 @@ void write_routing_map(const std::string& dir_s, const RoutingMap& map, const st
   const fs::path dir(dir_s);
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) throw std::runtime_error("cannot create '" + dir_s + "': " + ec.message());
+  if (ec) throw std::system_error(ec, "cannot create '" + dir_s + "'");
   const auto S = map.sites.size(), C = map.sources.size();
 
   std::vector<io::Heatmap> panels;

@@ -55,13 +55,22 @@ double memory_available() {
 }
 
 void require_memory(const Config& c, int B, int scalar_bytes, Workload w, const std::string& what) {
-  const double need = memory_needed(c, B, scalar_bytes, w), have = memory_available();
-  if (have <= 0 || need <= have) return;
+  const double have = memory_available();
+  if (have <= 0) return;
+  // A closed-form floor first (the embedding and the MLPs alone): param_count walks every
+  // tensor, L of each kind, which for L = 10⁷ would take seconds before refusing.
+  const double floor_params =
+      static_cast<double>(c.vocab) * c.d + 3.0 * c.L * static_cast<double>(c.d) * c.ffn;
+  const bool over_floor = floor_params * scalar_bytes > have;
+  const double need =
+      over_floor ? floor_params * scalar_bytes : memory_needed(c, B, scalar_bytes, w);
+  if (need <= have) return;
   constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
   throw UsageError(fmt::format(
-      "{} needs about {:.3g} GiB for d = {}, L = {}, ffn = {}, T = {}, B = {} ({:.3g} parameters), "
-      "this machine has {:.3g} GiB available; choose a smaller model or batch",
-      what, need / GiB, c.d, c.L, c.ffn, c.T, B, param_count(c), have / GiB));
+      "{} needs about {:.3g} GiB for d = {}, L = {}, ffn = {}, T = {}, B = {} ({}{:.3g} "
+      "parameters), this machine has {:.3g} GiB available; choose a smaller model or batch",
+      what, need / GiB, c.d, c.L, c.ffn, c.T, B, over_floor ? "at least " : "",
+      over_floor ? floor_params : param_count(c), have / GiB));
 }
 
 }  // namespace mhar::toy

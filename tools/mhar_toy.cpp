@@ -8,12 +8,34 @@
 #include <malloc.h>
 
 #include <CLI/CLI.hpp>
+#include <filesystem>
 #include <new>
+#include <system_error>
 #include <vector>
 
 #include "cli_common.h"
 #include "errors.h"
+#include "file_util.h"
 #include "tensor.h"
+
+namespace {
+
+/// A file or folder the user named that cannot be read or written (missing, no permission,
+/// read-only) is unusable input (exit 2); anything else, a full disk included, is a failure (1).
+int exit_code_of(const std::error_code& ec) {
+  static const std::errc usage[] = {std::errc::permission_denied,
+                                    std::errc::operation_not_permitted,
+                                    std::errc::read_only_file_system,
+                                    std::errc::no_such_file_or_directory,
+                                    std::errc::not_a_directory,
+                                    std::errc::is_a_directory,
+                                    std::errc::file_exists};
+  for (std::errc e : usage)
+    if (ec == e) return mhar::toy::kUsage;
+  return mhar::toy::kFailure;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace mhar::toy;
@@ -62,6 +84,15 @@ int main(int argc, char** argv) {
   } catch (const DivergedError& e) {
     fmt::print(stderr, "\nmhar-toy: diverged: {}\n", e.what());
     return kDiverged;
+  } catch (const mhar::io::InputError& e) {  // an input file that cannot be used as it is
+    fmt::print(stderr, "mhar-toy: error: {}\n", e.what());
+    return kUsage;
+  } catch (const std::filesystem::filesystem_error& e) {  // in our words, not the library's
+    fmt::print(stderr, "mhar-toy: error: {}: {}\n", e.path1().string(), e.code().message());
+    return exit_code_of(e.code());
+  } catch (const std::system_error& e) {  // write_file_atomic: "<path>: <what>: <OS error>"
+    fmt::print(stderr, "mhar-toy: error: {}\n", e.what());
+    return exit_code_of(e.code());
   } catch (const std::bad_alloc&) {
     fmt::print(stderr,
                "\nmhar-toy: failed: out of memory (a buffer could not be allocated); try a "

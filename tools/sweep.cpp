@@ -20,6 +20,8 @@
 #include "file_util.h"
 #include "json_types.h"
 #include "probe.h"
+#include "strict_json.h"
+#include "train.h"
 #include "sweep_stats.h"
 
 namespace mhar::toy {
@@ -90,16 +92,15 @@ std::vector<SweepRow> summarize_sweep(const std::string& dir_s,
     if (e.is_directory() && fs::exists(e.path() / "config.json")) dirs.push_back(e.path());
   std::sort(dirs.begin(), dirs.end());
   for (const fs::path& run : dirs) {
-    nlohmann::json j;
+    const std::string cfg_path = (run / "config.json").string();
+    TrainOptions t;
     try {
-      std::ifstream in(run / "config.json");
-      j = nlohmann::json::parse(in);
-    } catch (const std::exception& e) {
-      throw UsageError(
-          fmt::format("sweep: {}: not valid JSON: {}", (run / "config.json").string(), e.what()));
+      t = train_options_from_json(io::read_json_file_strict(cfg_path), cfg_path);
+    } catch (const io::InputError& e) {
+      throw UsageError(std::string("sweep: ") + e.what());
     }
-    const Config cfg = config_from_json(j.at("model"), (run / "config.json").string());
-    const long steps = j.at("train").at("steps").get<long>();
+    const Config& cfg = t.cfg;
+    const long steps = t.steps;
     long last_step = -1;
     double val = std::nan("");
     // Up to a torn last line, if any: then the run did not finish.
@@ -116,12 +117,10 @@ std::vector<SweepRow> summarize_sweep(const std::string& dir_s,
     Acc& acc = groups[{mode_rank(mode), cfg.d, H}];
     mode_names[mode_rank(mode)] = mode;
     acc.val.push_back(val);
-    acc.by_seed[j.at("train").at("seed").get<int>()] = val;
+    acc.by_seed[static_cast<int>(t.seed)] = val;
     if (cfg.routed() && cfg.route_heads() == 1) {
       const Checkpoint ck = load_checkpoint((run / "checkpoint.safetensors").string());
-      const std::string data = j.at("train").at("data").get<std::string>();
-      const Corpus corpus =
-          load_corpus(data, j.at("train").at("val_fraction").get<double>(), cfg.T);
+      const Corpus corpus = load_corpus(t.data, t.val_fraction, cfg.T);
       const int windows = 16;
       const Batch b = random_batch(corpus.val, windows, cfg.T, 0, 0, 4);
       acc.excess.push_back(probe_model(cfg, ck.params, b, windows, ProbeOptions{}).mean.excess);

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <numbers>
 
@@ -29,6 +30,8 @@
 #include "memory.h"
 #include "optim.h"
 #include "routing_versions.h"
+#include "run_dir.h"
+#include "strict_json.h"
 
 #ifdef MHAR_WITH_CUDA
 #include "cuda/device.h"
@@ -50,15 +53,35 @@ nlohmann::json train_options_to_json(const TrainOptions& o) {
 }
 
 TrainOptions train_options_from_json(const nlohmann::json& j, const std::string& where) {
+  const std::string w = where + ": bad run config";
+  if (!j.is_object() || !j.contains("model") || !j.contains("train") || !j["train"].is_object())
+    throw UsageError(w + ": it needs the objects 'model' and 'train'");
   TrainOptions o;
-  o.cfg = config_from_json(j.at("model"), where);
+  o.cfg = config_from_json(j["model"], where);
+  const nlohmann::json& t = j["train"];
+  constexpr int64_t kInt = std::numeric_limits<int>::max();
   try {
-    nlohmann::json t = j.at("train");
-    if (!t.contains("figure_formats")) t["figure_formats"] = o.figure_formats;  // before --format
-    if (!t.contains("routing")) t["routing"] = o.routing;  // before --routing: the fast one
-    t.get_to(o);
-  } catch (const nlohmann::json::exception& e) {
-    throw UsageError(where + ": bad run config: " + e.what());
+    const auto count = [&](const char* key, int64_t lo) {
+      return static_cast<int>(io::get_int(t, key, lo, kInt, w));
+    };
+    o.data = io::get_string(t, "data", w);
+    o.device = io::get_string(t, "device", w);
+    if (t.contains("figure_formats")) o.figure_formats = io::get_string(t, "figure_formats", w);
+    if (t.contains("routing")) o.routing = io::get_string(t, "routing", w);  // before: the fast one
+    o.steps = count("steps", 1), o.batch = count("batch", 1), o.warmup = count("warmup", 0);
+    o.eval_every = count("eval_every", 1), o.eval_batches = count("eval_batches", 1);
+    o.ckpt_every = count("ckpt_every", 1), o.heatmap_every = count("heatmap_every", 0);
+    o.log_every = count("log_every", 1), o.threads = count("threads", 0);
+    o.lr = io::get_number(t, "lr", w), o.min_lr_ratio = io::get_number(t, "min_lr_ratio", w);
+    o.weight_decay = io::get_number(t, "weight_decay", w), o.clip = io::get_number(t, "clip", w);
+    o.val_fraction = io::get_number(t, "val_fraction", w);
+    if (t.contains("seed") && t["seed"].is_number_unsigned())
+      o.seed = t["seed"].get<std::uint64_t>();  // the whole range of --seed
+    else
+      o.seed = static_cast<std::uint64_t>(
+          io::get_int(t, "seed", 0, std::numeric_limits<int64_t>::max(), w));  // says why not
+  } catch (const io::StrictJsonError& e) {
+    throw UsageError(e.what());
   }
   return o;
 }
@@ -311,10 +334,8 @@ struct Metrics {
 
 void save_state(const fs::path& dir, const TrainOptions& o, const Params<float>& p,
                 const Params<float>& m, const Params<float>& v, long step) {
-  // Optimiser first: a checkpoint never refers to moments that are not on disk yet.
-  save_optimizer((dir / "optimizer.safetensors").string(), m, v, step);
-  save_checkpoint((dir / "checkpoint.safetensors").string(), o.cfg, p, step,
-                  {{"seed", std::to_string(o.seed)}});
+  // The pair is committed together: after a kill, both files hold one step (run_dir.h).
+  commit_state(dir, o.cfg, p, m, v, step, {{"seed", std::to_string(o.seed)}});
 }
 
 void heatmaps(const fs::path& dir, const TrainOptions& o, const Params<float>& p,
@@ -500,37 +521,88 @@ std::string fmt_duration(double s) {
   return fmt::format("{}s", t);
 }
 
-int train(const TrainOptions& o) {
-  validate(o);
-  const fs::path dir(o.out);
-  if (fs::exists(dir / "checkpoint.safetensors") || fs::exists(dir / "config.json"))
-    throw UsageError("'" + o.out + "' already holds a run; continue it with --resume " + o.out +
-                     " or choose another --out (nothing is overwritten)");
-  pick_device(o.device);
-  require_memory(o.cfg, o.batch, sizeof(float), Workload::Training, "train");
-  load_corpus(o.data, o.val_fraction, o.cfg.T);  // fail before creating anything
-  check_writable_dir(dir);
-  const std::string device = pick_checked_device(o.device, GpuWork{.models = {o.cfg}}, o.quiet);
-  io::write_text_file_atomic((dir / "config.json").string(),
-                             train_options_to_json(o).dump(2) + "\n");
+namespace {
+
+/// Step 0 of a run: the initial parameters of its seed, zero moments.
+int run_from_scratch(const TrainOptions& o, const std::string& device, const fs::path& dir) {
   Rng rng(o.seed);
   Params<float> p = init_params<float>(o.cfg, rng);
   Params<float> m = zero_params<float>(o.cfg), v = zero_params<float>(o.cfg);
   return run_loop(o, device, dir, p, m, v, 0);
 }
 
+void refuse_existing_run(const TrainOptions& o) {
+  const fs::path dir(o.out);
+  if (fs::exists(dir / kCheckpointFile) || fs::exists(dir / "config.json"))
+    throw UsageError("'" + o.out + "' already holds a run; continue it with --resume " + o.out +
+                     " or choose another --out (nothing is overwritten)");
+}
+
+/// The run's config.json, strictly read (strict_json.h).
+TrainOptions read_run_config(const fs::path& cfg_path) {
+  try {
+    return train_options_from_json(io::read_json_file_strict(cfg_path.string()), cfg_path.string());
+  } catch (const io::InputError& e) {
+    throw UsageError(e.what());
+  }
+}
+
+/// The checkpoint and optimizer state of a run, checked against its config.json and each other.
+Checkpoint load_run_state(const TrainOptions& o, const fs::path& dir, Params<float>& m,
+                          Params<float>& v) {
+  Checkpoint ck = load_checkpoint((dir / kCheckpointFile).string());
+  if (config_to_json(ck.cfg) != config_to_json(o.cfg))
+    throw UsageError(o.out + ": checkpoint.safetensors holds a different model than config.json");
+  const auto seed = ck.metadata.find("seed");
+  if (seed != ck.metadata.end() && seed->second != std::to_string(o.seed))
+    throw UsageError(
+        fmt::format("{}: checkpoint.safetensors was trained with seed {}, "
+                    "config.json says seed {}",
+                    o.out, io::printable_excerpt(seed->second), o.seed));
+  m = zero_params<float>(o.cfg), v = zero_params<float>(o.cfg);
+  const long ostep = load_optimizer((dir / kOptimizerFile).string(), m, v);
+  if (ostep != ck.step)
+    throw UsageError(
+        fmt::format("{}: the optimizer state is from step {}, the checkpoint from "
+                    "step {}",
+                    o.out, ostep, ck.step));
+  return ck;
+}
+
+}  // namespace
+
+int train(const TrainOptions& o) {
+  validate(o);
+  const fs::path dir(o.out);
+  refuse_existing_run(o);
+  pick_device(o.device);
+  require_memory(o.cfg, o.batch, sizeof(float), Workload::Training, "train");
+  load_corpus(o.data, o.val_fraction, o.cfg.T);  // fail before creating anything
+  check_writable_dir(dir);
+  const DirLock lock(dir, "train");
+  refuse_existing_run(o);  // a second train may have written it between the check and the lock
+  remove_stale_temporaries(dir);
+  const std::string device = pick_checked_device(o.device, GpuWork{.models = {o.cfg}}, o.quiet);
+  io::write_text_file_atomic((dir / "config.json").string(),
+                             train_options_to_json(o).dump(2) + "\n");
+  return run_from_scratch(o, device, dir);
+}
+
 int resume(const std::string& dir_s, int steps, bool quiet) {
   const fs::path dir(dir_s);
   const fs::path cfg_path = dir / "config.json";
-  std::ifstream in(cfg_path);
-  if (!in) throw UsageError("--resume " + dir_s + ": no config.json there (not a run directory)");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    throw UsageError(cfg_path.string() + ": not valid JSON: " + e.what());
-  }
-  TrainOptions o = train_options_from_json(j, cfg_path.string());
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw UsageError("--resume " + dir_s + ": no such directory (not a run directory)");
+  if (!fs::exists(cfg_path, ec))
+    throw UsageError("--resume " + dir_s +
+                     ": no config.json there (not a run directory; start "
+                     "one there with `mhar-toy train -o " +
+                     dir_s + "`)");
+  const DirLock lock(dir, "train --resume");
+  remove_stale_temporaries(dir);
+  recover_state(dir);
+  TrainOptions o = read_run_config(cfg_path);
   o.out = dir_s;
   o.quiet = quiet;
   if (steps > 0) {
@@ -539,16 +611,14 @@ int resume(const std::string& dir_s, int steps, bool quiet) {
   }
   validate(o);
   require_memory(o.cfg, o.batch, sizeof(float), Workload::Training, "train --resume");
-  Checkpoint ck = load_checkpoint((dir / "checkpoint.safetensors").string());
-  if (config_to_json(ck.cfg) != config_to_json(o.cfg))
-    throw UsageError(dir_s + ": checkpoint.safetensors holds a different model than config.json");
-  Params<float> m = zero_params<float>(o.cfg), v = zero_params<float>(o.cfg);
-  const long ostep = load_optimizer((dir / "optimizer.safetensors").string(), m, v);
-  if (ostep != ck.step)
-    throw UsageError(
-        fmt::format("{}: the optimizer state is from step {}, the checkpoint from "
-                    "step {}",
-                    dir_s, ostep, ck.step));
+  if (!fs::exists(dir / kCheckpointFile, ec)) {
+    // Stopped before its first checkpoint: step 0 is the seed's, so start there.
+    const std::string device = pick_checked_device(o.device, GpuWork{.models = {o.cfg}}, quiet);
+    if (!quiet) fmt::print(stderr, "resuming {} from step 0 (it had no checkpoint yet)\n", dir_s);
+    return run_from_scratch(o, device, dir);
+  }
+  Params<float> m, v;
+  Checkpoint ck = load_run_state(o, dir, m, v);
   if (ck.step >= o.steps) {
     fmt::print(stderr, "{} already finished its {} steps (pass --steps N to train longer)\n", dir_s,
                o.steps);

@@ -31,9 +31,9 @@ def resolve_checkpoint_path(path: str) -> str:
     return os.path.join(path, "checkpoint.safetensors") if os.path.isdir(path) else path
 
 
-def _read(path, what):
+def _read(path, what, check=None):
     try:
-        return st.load(path)
+        return st.load(path, check)
     except st.FormatError as e:
         raise CheckpointError("cannot load %s: %s" % (what, e)) from None
 
@@ -103,11 +103,40 @@ def _meta(metadata, key, path, what="an mhar checkpoint"):
     return metadata[key]
 
 
-def _config_from_metadata(metadata, path):
+_INT_MAX = 2 ** 31 - 1
+_LOWEST = {"vocab": 2, "H": 0}  # every other integer field is at least 1
+
+
+def _config_from_metadata(metadata, path, in_file=None):
+    """The config in the metadata, each field an exact integer in range (32.5, true, 1e3 and 2^63
+    are refused, not coerced), compared with the `in_file` scalars of the header before the
+    config is walked: a d or L far beyond the file is refused at once (tools/checkpoint.cpp)."""
     try:
-        cj = json.loads(_meta(metadata, "config", path))
-    except ValueError as e:
-        raise CheckpointError("%s: the config in the metadata is not JSON: %s" % (path, e)) from None
+        cj = st.parse_json_strict(_meta(metadata, "config", path), path,
+                                  "the config in the metadata")
+    except st.FormatError as e:
+        raise CheckpointError(str(e)) from None
+    where = "%s: bad model config" % path
+    if not isinstance(cj, dict):
+        raise CheckpointError("%s: not a JSON object" % where)
+    for name in ("vocab", "d", "L", "n_head", "n_kv_head", "ffn", "T", "H", "n_blocks"):
+        if name not in cj:
+            raise CheckpointError("%s: '%s' is missing" % (where, name))
+        v, lo = cj[name], _LOWEST.get(name, 1)
+        if type(v) is not int:
+            raise CheckpointError("%s: '%s' must be an integer written without a fraction or "
+                                  "exponent, got %s" % (where, name, json.dumps(v)[:40]))
+        if not lo <= v <= _INT_MAX:
+            raise CheckpointError("%s: '%s' = %d is out of range [%d, %d]"
+                                  % (where, name, v, lo, _INT_MAX))
+    if "mode" not in cj or not isinstance(cj["mode"], str):
+        raise CheckpointError("%s: 'mode' must be a string" % where)
+    at_least = cj["vocab"] * cj["d"] + 3 * cj["L"] * cj["d"] * cj["ffn"]
+    if in_file is not None and at_least > in_file:
+        raise CheckpointError("%s: the config (d = %d, L = %d, ffn = %d, mode %s) has %d "
+                              "parameters, the file's tensors hold %d"
+                              % (path, cj["d"], cj["L"], cj["ffn"], cj["mode"][:40], at_least,
+                                 in_file))
     try:
         return Config.from_dict(cj, path)
     except ConfigError as e:
@@ -116,10 +145,32 @@ def _config_from_metadata(metadata, path):
 
 def _step(metadata, path):
     s = _meta(metadata, "step", path)
-    try:
-        return int(s.strip())
-    except ValueError:
-        raise CheckpointError("%s: bad step '%s' in the metadata" % (path, s)) from None
+    if not (0 < len(s) <= 18 and all("0" <= c <= "9" for c in s)):
+        raise CheckpointError("%s: the step '%s' in the metadata is not a decimal integer (digits "
+                              "only, at most 18)" % (path, s[:40]))
+    return int(s)
+
+
+def _check_format(metadata, path, fmt, what):
+    """format, format_version and step of a checkpoint or an optimizer state."""
+    found = _meta(metadata, "format", path, what)
+    if found != fmt:
+        raise CheckpointError("%s: not %s (format '%s')" % (path, what, found[:40]))
+    version = _meta(metadata, "format_version", path, what)
+    if version != str(FORMAT_VERSION):
+        raise CheckpointError("%s: format version '%s' is not supported (this build reads version "
+                              "%d)" % (path, version[:40], FORMAT_VERSION))
+    return _step(metadata, path)
+
+
+def _numel(entries):
+    total = 0
+    for _, _, shape, _, _ in entries:
+        n = 1
+        for d in shape:
+            n *= d
+        total += n
+    return total
 
 
 @dataclasses.dataclass
@@ -132,39 +183,41 @@ class Checkpoint:
 
 def load_checkpoint(path: str, dtype: torch.dtype = torch.float32, device=None) -> "Checkpoint":
     """Reads a checkpoint (a file or a run directory) into a MharModel of `dtype`. Refuses, with a
-    CheckpointError naming the file, what mhar-toy refuses: not safetensors, another format or
-    format version, a bad config, tensors that do not match it (missing, extra, another shape),
-    non-finite values."""
+    CheckpointError naming the file, what mhar-toy refuses: not safetensors (every rule of
+    docs/checkpoint-format.md), another format or format version, a step that is not a decimal
+    integer, a bad config, tensors that do not match it (missing, extra, another shape),
+    non-finite values. The config is checked against the header before a tensor is read."""
     path = resolve_checkpoint_path(path)
-    metadata, tensors = _read(path, "checkpoint")
-    fmt = _meta(metadata, "format", path)
-    if fmt != CHECKPOINT_FORMAT:
-        raise CheckpointError("%s: not an mhar checkpoint (format '%s')" % (path, fmt))
-    version = _meta(metadata, "format_version", path)
-    if version != str(FORMAT_VERSION):
-        raise CheckpointError("%s: checkpoint format version %s is not supported (this build reads "
-                              "version %d)" % (path, version, FORMAT_VERSION))
-    cfg = _config_from_metadata(metadata, path)
-    step = _step(metadata, path)
+    found = {}
+
+    def check(metadata, entries):
+        found["step"] = _check_format(metadata, path, CHECKPOINT_FORMAT, "an mhar checkpoint")
+        in_file = _numel(entries)
+        cfg = _config_from_metadata(metadata, path, in_file)
+        for name, _, shape, _, _ in entries:
+            if name == "embed" and tuple(shape) != (cfg.vocab, cfg.d):
+                raise CheckpointError("%s: the config says vocab × d = %d×%d, but tensor 'embed' "
+                                      "is %s" % (path, cfg.vocab, cfg.d, _shape_str(shape)))
+        if in_file != param_count(cfg):
+            raise CheckpointError("%s: the config (d = %d, L = %d, ffn = %d, mode %s) has %d "
+                                  "parameters, the file's tensors hold %d"
+                                  % (path, cfg.d, cfg.L, cfg.ffn, cfg.mode, param_count(cfg),
+                                     in_file))
+        expected = len(parameter_names(cfg))
+        if len(entries) != expected:
+            raise CheckpointError("%s: holds %d tensors, a '%s' model has %d"
+                                  % (path, len(entries), cfg.mode, expected))
+        found["cfg"] = cfg
+
+    metadata, tensors = _read(path, "checkpoint", check)
+    cfg, step = found["cfg"], found["step"]
     shapes = expected_shapes(cfg)
-    emb = tensors.get("embed")
-    if emb is not None and tuple(emb.shape) != (cfg.vocab, cfg.d):
-        raise CheckpointError("%s: the config says vocab × d = %d×%d, but tensor 'embed' is %s"
-                              % (path, cfg.vocab, cfg.d, _shape_str(emb.shape)))
-    in_file = sum(int(np.prod(t.shape)) for t in tensors.values())
-    if in_file != param_count(cfg):
-        raise CheckpointError("%s: the config (d = %d, L = %d, ffn = %d, mode %s) has %d "
-                              "parameters, the file's tensors hold %d"
-                              % (path, cfg.d, cfg.L, cfg.ffn, cfg.mode, param_count(cfg), in_file))
     model = MharModel(cfg, seed=None, dtype=dtype)
     with torch.no_grad():
         for name, p in model.checkpoint_parameters():
             t = _take(tensors, name, shapes[name], path)
             # float32 as stored (an F64 tensor is rounded to float first, as mhar-toy loads it)
             p.copy_(torch.from_numpy(t.astype(np.float32)).to(dtype))
-    if len(tensors) != len(shapes):
-        raise CheckpointError("%s: holds %d tensors, a '%s' model has %d"
-                              % (path, len(tensors), cfg.mode, len(shapes)))
     if device is not None:
         model.to(device)
     return Checkpoint(cfg, model, step, metadata)
@@ -193,21 +246,33 @@ def save_optimizer(path: str, cfg: Config, m: Dict[str, Any], v: Dict[str, Any],
 
 
 def load_optimizer(path: str, cfg: Config, dtype: torch.dtype = torch.float32) -> Tuple[Dict[str, Any], Dict[str, Any], int]:
-    """(m, v, step) from an optimizer.safetensors, each moment shaped as its parameter."""
+    """(m, v, step) from an optimizer.safetensors, each moment shaped as its parameter. Refuses
+    another format or format version, a tensor more or less than m. and v. of each parameter, a
+    non-finite value, and a negative second moment."""
     path = os.fspath(path)
-    metadata, tensors = _read(path, "optimizer state")
-    if metadata.get("format") != OPTIMIZER_FORMAT or "step" not in metadata:
-        raise CheckpointError("%s: not an mhar optimizer state" % path)
     shapes = expected_shapes(cfg)
+    found = {}
+
+    def check(metadata, entries):
+        found["step"] = _check_format(metadata, path, OPTIMIZER_FORMAT, "an mhar optimizer state")
+        if len(entries) != 2 * len(shapes):
+            raise CheckpointError("%s: holds %d tensors, the model's optimizer state has %d (m. "
+                                  "and v. of each parameter)" % (path, len(entries),
+                                                                  2 * len(shapes)))
+
+    metadata, tensors = _read(path, "optimizer state", check)
     m = {n: torch.from_numpy(_take(tensors, "m." + n, s, path).astype(np.float32)).to(dtype)
          for n, s in shapes.items()}
-    v = {n: torch.from_numpy(_take(tensors, "v." + n, s, path).astype(np.float32)).to(dtype)
-         for n, s in shapes.items()}
-    try:
-        step = int(metadata["step"])
-    except ValueError:
-        raise CheckpointError("%s: bad step in the metadata" % path) from None
-    return m, v, step
+    v = {}
+    for n, s in shapes.items():
+        t = _take(tensors, "v." + n, s, path)
+        bad = np.flatnonzero(t.reshape(-1) < 0)
+        if len(bad):
+            raise CheckpointError("%s: tensor 'v.%s' holds a negative second-moment value (%s) at "
+                                  "element %d; refusing to load it"
+                                  % (path, n, t.reshape(-1)[bad[0]], bad[0]))
+        v[n] = torch.from_numpy(t.astype(np.float32)).to(dtype)
+    return m, v, found["step"]
 
 
 @dataclasses.dataclass
@@ -232,7 +297,7 @@ def load_grad_file(path: str) -> "GradFile":
     if version != str(FORMAT_VERSION):
         raise CheckpointError("%s: gradient file format version %s is not supported (this build "
                               "reads version %d)" % (path, version, FORMAT_VERSION))
-    cfg = _config_from_metadata(metadata, path)
+    cfg = _config_from_metadata(metadata, path, sum(t.size for t in tensors.values()))
     shapes = expected_shapes(cfg)
     for name in ("tokens", "targets", "loss"):
         if name not in tensors:

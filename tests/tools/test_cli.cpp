@@ -1007,3 +1007,79 @@ TEST_CASE("a kernel fault is named under MHAR_CUDA_SYNC=1 or --cuda-sync, blamed
   }
 }
 #endif
+
+TEST_CASE("every subcommand: exit 2 on a missing file, a corrupt file and an unwritable output",
+          "[cli][exit-codes]") {
+  const fs::path d = scratch("exit-codes");
+  const std::string data = std::string(" --data ") + MHAR_DATA;
+  const std::string tiny = kTinyCpu + " --steps 2 --heatmap-every 0 --format svg";
+  REQUIRE(toy("train" + tiny + " -o " + (d / "run").string()).code == 0);
+  REQUIRE(toy("train" + tiny + " --mode residual -o " + (d / "res").string()).code == 0);
+  const std::string missing = (d / "nowhere.safetensors").string();
+  const std::string garbage = (d / "garbage.safetensors").string();
+  std::ofstream(garbage) << std::string("\x10\0\0\0\0\0\0\0not json at all!", 24);
+  fs::create_directories(d / "badrun");
+  std::ofstream(d / "badrun" / "config.json") << "{\"model\": 1";
+  fs::create_directories(d / "badmetrics");
+  std::ofstream(d / "badmetrics" / "metrics.jsonl") << "{\"step\": 1, \"train_loss\": tru\n";
+  fs::create_directories(d / "badcases");
+  std::ofstream(d / "badcases" / "manifest.json") << "{\"format\":";
+  // A folder this process cannot write: mode 0555, or, for root (whom modes do not stop), /sys.
+  fs::path ro = d / "ro";
+  fs::create_directories(ro);
+  fs::permissions(ro, fs::perms::owner_read | fs::perms::owner_exec);
+  if (std::ofstream(ro / "probe")) ro = "/sys";
+  const bool ro_ok = !std::ofstream(ro / "probe-mhar");
+  const std::string run = (d / "run").string(), out = (ro / "out").string();
+  struct Case {
+    std::string what, args;
+  };
+  std::vector<Case> cases = {
+      {"train, missing --data",
+       "train" + tiny + " --data " + missing + " -o " + (d / "x").string()},
+      {"train, corrupt config.json", "train --resume " + (d / "badrun").string()},
+      {"sample, missing", "sample " + missing},
+      {"sample, corrupt", "sample " + garbage},
+      {"eval, missing", "eval " + missing + data},
+      {"eval, corrupt", "eval " + garbage + data},
+      {"grad, missing", "grad --ckpt " + missing + data},
+      {"grad, corrupt", "grad --ckpt " + garbage + data},
+      {"heatmap, missing", "heatmap " + missing + data},
+      {"heatmap, corrupt", "heatmap " + garbage + data},
+      {"convert, missing", "convert " + missing + " -o " + (d / "c1").string()},
+      {"convert, corrupt", "convert " + garbage + " -o " + (d / "c2").string()},
+      {"plot, missing", "plot " + missing},
+      {"plot, corrupt", "plot " + (d / "badmetrics").string() + " -o " + (d / "p").string()},
+      {"stream, missing", "stream " + missing + data},
+      {"stream, corrupt", "stream " + garbage + data},
+      {"probe, missing", "probe " + missing + data},
+      {"probe, corrupt", "probe " + garbage + data},
+      {"sweep, missing", "sweep --summary " + missing},
+      {"sweep, corrupt", "sweep --summary " + d.string()},  // badrun/config.json
+      {"verify, missing", "verify --cases " + missing + " --results " + missing},
+      {"verify, corrupt", "verify --cases " + (d / "badcases").string() + " --results " + run}};
+  if (ro_ok) {
+    cases.insert(cases.end(),
+                 {{"train, unwritable", "train" + tiny + " -o " + out},
+                  {"grad, unwritable", "grad --ckpt " + run + data + " -o " + out},
+                  {"heatmap, unwritable", "heatmap " + run + data + " --format svg -o " + out},
+                  {"convert, unwritable", "convert " + (d / "res").string() + " -o " + out},
+                  {"plot, unwritable", "plot " + run + " --format svg -o " + out},
+                  {"stream, unwritable", "stream " + run + data + " --csv " + out},
+                  {"sweep, unwritable", "sweep --widths 16 --seeds 1 --modes residual -o " + out},
+                  {"cases, unwritable", "cases --set quick --dtype f32 --out " + out}});
+  } else {
+    WARN(
+        "no unwritable folder here (root, and /sys is writable): the unwritable-output cases "
+        "are left out, the others run");
+  }
+  // check and bench read and write no file.
+  for (const Case& c : cases) {
+    CAPTURE(c.what, c.args);
+    const Result r = toy(c.args);
+    CAPTURE(r.out);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.out, !Contains("json.exception") && !Contains("filesystem error"));
+  }
+  fs::permissions(d / "ro", fs::perms::owner_all);
+}

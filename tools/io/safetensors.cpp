@@ -2,20 +2,15 @@
  * @file safetensors.cpp
  * @brief The safetensors reader and writer (layout in safetensors.h).
  *
- * The reader loads the whole file into memory (checkpoints of the toy model are small), then
- * checks, in order: the 8-byte length field, the header's size against the file, the JSON, every
- * entry (dtype, shape, offsets, shape × itemsize = offsets span), and last that every tensor lies
- * inside the data area. POSIX calls (open/read) so that each failure has an errno; files are
- * written through write_file_atomic (file_util.h).
+ * The reader opens only a regular file (InputFile, file_util.h), checks the 8-byte length field
+ * and the header's size against the file, hands the header to parse_safetensors_header
+ * (safetensors_header.cpp: every rule of docs/checkpoint-format.md), then to the caller's check,
+ * and only then reads each tensor's bytes. Files are written through write_file_atomic.
  */
 #include "safetensors.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -35,9 +30,6 @@ static_assert(std::endian::native == std::endian::little,
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-/// The largest header accepted; the same bound as the reference implementation (100 MB).
-constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
 template <typename... Parts>
 [[noreturn]] void format_error(const std::string& path, const Parts&... parts) {
@@ -116,119 +108,6 @@ std::vector<float> widen_half(const Tensor& t) {
 template <typename To, typename From>
 std::vector<To> convert(const std::vector<From>& from) {
   return std::vector<To>(from.begin(), from.end());
-}
-
-/// Reads the whole file; FormatError naming the path and the OS error on failure.
-std::vector<unsigned char> read_all(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) format_error(path, "cannot open: ", std::strerror(errno));
-  std::vector<unsigned char> data;
-  unsigned char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      format_error(path, "cannot read: ", std::strerror(err));
-    }
-    if (n == 0) break;
-    data.insert(data.end(), buf, buf + n);
-  }
-  ::close(fd);
-  return data;
-}
-
-/// A non-negative JSON integer, or a FormatError naming the tensor and field.
-uint64_t json_unsigned(const std::string& path, const std::string& name, const char* field,
-                       const Json& j) {
-  if (!j.is_number_unsigned())
-    format_error(path, "tensor '", name, "': ", field, " must hold non-negative integers, got ",
-                 j.dump());
-  return j.get<uint64_t>();
-}
-
-struct Entry {
-  std::string name;
-  Tensor tensor;
-  uint64_t begin = 0, end = 0;
-};
-
-/// One header entry → dtype, shape and offsets, checked against each other.
-Entry parse_entry(const std::string& path, const std::string& name, const Json& j) {
-  if (!j.is_object())
-    format_error(path, "tensor '", name, "': entry must be a JSON object, got ", j.dump());
-  for (const char* key : {"dtype", "shape", "data_offsets"})
-    if (!j.contains(key)) format_error(path, "tensor '", name, "': missing \"", key, "\"");
-  Entry e;
-  e.name = name;
-  const Json& dtype = j["dtype"];
-  if (!dtype.is_string())
-    format_error(path, "tensor '", name, "': dtype must be a string, got ", dtype.dump());
-  e.tensor.dtype = dtype.get<std::string>();
-  if (e.tensor.dtype != "F32" && e.tensor.dtype != "F64" && e.tensor.dtype != "I64" &&
-      e.tensor.dtype != "BF16" && e.tensor.dtype != "F16")
-    format_error(path, "tensor '", name, "': unknown dtype '", e.tensor.dtype,
-                 "' (supported: F32, F64, I64, BF16, F16)");
-
-  const Json& shape = j["shape"];
-  if (!shape.is_array())
-    format_error(path, "tensor '", name, "': shape must be an array, got ", shape.dump());
-  for (const Json& d : shape) {
-    const uint64_t v = json_unsigned(path, name, "shape", d);
-    if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      format_error(path, "tensor '", name, "': dimension ", v, " is too large");
-    e.tensor.shape.push_back(static_cast<int64_t>(v));
-  }
-
-  const Json& offsets = j["data_offsets"];
-  if (!offsets.is_array() || offsets.size() != 2)
-    format_error(path, "tensor '", name, "': data_offsets must be [begin, end], got ",
-                 offsets.dump());
-  e.begin = json_unsigned(path, name, "data_offsets", offsets[0]);
-  e.end = json_unsigned(path, name, "data_offsets", offsets[1]);
-  if (e.end < e.begin)
-    format_error(path, "tensor '", name, "': data_offsets [", e.begin, ", ", e.end,
-                 "] end before they begin");
-
-  // end − begin = numel × itemsize
-  const int64_t numel = checked_numel(e.tensor.shape);
-  const uint64_t itemsize = dtype_size(e.tensor.dtype);
-  if (numel < 0 || static_cast<uint64_t>(numel) > std::numeric_limits<uint64_t>::max() / itemsize)
-    format_error(path, "tensor '", name, "': shape ", shape_string(e.tensor.shape),
-                 " has too many elements");
-  const uint64_t need = static_cast<uint64_t>(numel) * itemsize;
-  if (e.end - e.begin != need)
-    format_error(path, "tensor '", name, "': shape ", shape_string(e.tensor.shape), " of ",
-                 e.tensor.dtype, " needs ", need, " bytes but data_offsets [", e.begin, ", ", e.end,
-                 "] span ", e.end - e.begin);
-  return e;
-}
-
-/// Every tensor must lie inside the data area. When the tensors tile [0, max end) without gaps
-/// or overlaps (as every writer lays them out), a short data area means the file was cut:
-/// report it as truncated; otherwise name the offending tensor.
-void check_ranges(const std::string& path, std::vector<Entry>& entries, uint64_t data_size) {
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    return a.begin != b.begin ? a.begin < b.begin
-           : a.end != b.end   ? a.end < b.end
-                              : a.name < b.name;
-  });
-  uint64_t max_end = 0, cursor = 0;
-  bool tiled = true;
-  for (const Entry& e : entries) {
-    tiled = tiled && e.begin == cursor;
-    cursor = e.end;
-    max_end = std::max(max_end, e.end);
-  }
-  if (max_end <= data_size) return;
-  if (tiled)
-    format_error(path, "truncated: expected ", max_end, " bytes of tensor data, file has ",
-                 data_size);
-  for (const Entry& e : entries)
-    if (e.end > data_size)
-      format_error(path, "tensor '", e.name, "': data_offsets [", e.begin, ", ", e.end,
-                   "] lie outside the data area (", data_size, " bytes)");
 }
 
 }  // namespace
@@ -337,56 +216,67 @@ void save_safetensors(const std::string& path, const SafeTensors& st) {
   write_file_atomic(path, pieces);
 }
 
-SafeTensors load_safetensors(const std::string& path) {
-  const std::vector<unsigned char> file = read_all(path);
-  const uint64_t size = file.size();
+namespace {
 
+/// The header of an open file (steps 1 and 2 of load_safetensors); `n` = its length.
+SafeTensorsHeader read_header(const InputFile& file, uint64_t& n) {
+  const std::string& path = file.path();
+  const uint64_t size = file.size();
   // 1. The 8-byte little-endian header length N.
   if (size < 8)
     format_error(path, "file is ", size, " bytes, too short for the 8-byte header length");
-  uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(file[i]) << (8 * i);
+  unsigned char length[8];
+  file.read_at(0, 8, length);
+  n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(length[i]) << (8 * i);
   if (n > kMaxHeaderBytes)
     format_error(path, "header length ", n, " is absurd (limit ", kMaxHeaderBytes,
                  "); not a safetensors file?");
   if (n > size - 8)
     format_error(path, "header length ", n, " runs past the end of the file (", size, " bytes)");
+  // 2. The header: every rule checked before a tensor is read.
+  std::string text(static_cast<std::size_t>(n), '\0');
+  file.read_at(8, text.size(), text.data());
+  return parse_safetensors_header(text, size - 8 - n, path);
+}
 
-  // 2. The JSON header.
-  Json header;
+}  // namespace
+
+SafeTensorsHeader read_safetensors_header(const std::string& path) {
   try {
-    header = Json::parse(file.begin() + 8, file.begin() + 8 + static_cast<std::ptrdiff_t>(n));
-  } catch (const Json::parse_error& e) {
-    format_error(path, "header is not valid JSON: ", e.what());
+    const InputFile file(path);
+    uint64_t n = 0;
+    return read_header(file, n);
+  } catch (const FormatError&) {
+    throw;
+  } catch (const InputError& e) {
+    throw FormatError(e.what());
   }
-  if (!header.is_object())
-    format_error(path, "header must be a JSON object, got ", header.type_name());
+}
 
-  // 3. Each entry, then the ranges.
-  SafeTensors st;
-  std::vector<Entry> entries;
-  for (const auto& [key, value] : header.items()) {
-    if (key == "__metadata__") {
-      if (!value.is_object()) format_error(path, "__metadata__ must be an object of strings");
-      for (const auto& [k, v] : value.items()) {
-        if (!v.is_string())
-          format_error(path, "__metadata__ value of '", k, "' must be a string, got ", v.dump());
-        st.metadata[k] = v.get<std::string>();
-      }
-      continue;
+SafeTensors load_safetensors(const std::string& path, const HeaderCheck& check) {
+  try {
+    const InputFile file(path);
+    uint64_t n = 0;
+    SafeTensorsHeader header = read_header(file, n);
+    if (check) check(header);  // the caller's own rules, before anything is allocated
+
+    // 3. Each tensor's bytes, straight from the file.
+    SafeTensors st;
+    st.metadata = std::move(header.metadata);
+    st.tensors.reserve(header.entries.size());
+    for (HeaderEntry& e : header.entries) {
+      Tensor t{kDtypeNames[e.dtype], header.shape(e),
+               std::vector<unsigned char>(static_cast<std::size_t>(e.end - e.begin))};
+      file.read_at(8 + n + e.begin, t.bytes.size(), t.bytes.data());
+      st.tensors.emplace_back(std::move(e.name), std::move(t));
     }
-    entries.push_back(parse_entry(path, key, value));
+    return st;
+  } catch (const FormatError&) {
+    throw;
+  } catch (const InputError& e) {
+    throw FormatError(e.what());
   }
-  const uint64_t data_size = size - 8 - n;
-  check_ranges(path, entries, data_size);
-
-  // 4. Copy each tensor's bytes out of the data area.
-  const unsigned char* data = file.data() + 8 + n;
-  for (Entry& e : entries) {
-    e.tensor.bytes.assign(data + e.begin, data + e.end);
-    st.tensors.emplace_back(std::move(e.name), std::move(e.tensor));
-  }
-  return st;
 }
 
 }  // namespace mhar::io

@@ -14,10 +14,14 @@
  *                    data_offsets = [begin, end) are byte offsets into the data area, and
  *                    end − begin = numel × itemsize (numel of shape [] is 1).
  *
- * The writer lays tensors out back to back in insertion order from offset 0 (no gaps, no
- * overlaps: what Python's reader demands). The reader is more lenient (it accepts gaps,
- * overlaps and trailing bytes) but never reads outside the file: every inconsistency becomes a
- * FormatError whose message starts with the path.
+ * The writer lays tensors out back to back in insertion order from offset 0. The reader holds
+ * every file to the rules of docs/checkpoint-format.md ("What a reader refuses"): a regular file
+ * (checked before it is opened), a header that is one JSON object of at most 100 MB with no
+ * duplicate key, nothing nested deeper than the layout above, exact non-negative integers in
+ * shape and data_offsets, a supported dtype, and tensors that tile the data area exactly (no
+ * overlap, no gap, no byte after the last one). It reads the header first, in time linear in its
+ * length, and each tensor's bytes only once the whole header has passed; every refusal is a
+ * FormatError whose message starts with the path and states the rule.
  *
  * Only the dtypes this project uses are supported: F32, F64, I64, and BF16 and F16 (the verify
  * kit's storage dtypes; half.h rounds to them). No Eigen, no model: plain
@@ -27,19 +31,22 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
-#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
+
+#include "file_util.h"
 
 namespace mhar::io {
 
 /// A file that is not valid safetensors (or a tensor that cannot be what was asked of it).
 /// The message starts with the file's path when there is one.
-class FormatError : public std::runtime_error {
+class FormatError : public InputError {
  public:
-  using std::runtime_error::runtime_error;
+  using InputError::InputError;
 };
 
 /// Bytes per element of a dtype ("F32" → 4, "F64", "I64" → 8, "BF16", "F16" → 2); throws FormatError otherwise.
@@ -87,8 +94,47 @@ struct SafeTensors {
 /// or duplicate name, the reserved name "__metadata__") and std::system_error when writing fails.
 void save_safetensors(const std::string& path, const SafeTensors& st);
 
+/// One tensor of a header, before its bytes are read (compact: a header may name a million).
+struct HeaderEntry {
+  std::string name;
+  uint64_t begin = 0, end = 0;        ///< data_offsets, into the data area
+  uint32_t dims_begin = 0, rank = 0;  ///< the shape: SafeTensorsHeader::dims[dims_begin, + rank)
+  uint8_t dtype = 0;                  ///< index into kDtypeNames
+};
+
+/// The dtypes this project reads and writes.
+inline constexpr const char* kDtypeNames[] = {"F32", "F64", "I64", "BF16", "F16"};
+
+/// A checked header: every rule but the tensors' own contents.
+struct SafeTensorsHeader {
+  std::map<std::string, std::string> metadata;
+  std::vector<HeaderEntry> entries;  ///< in the order of their data offsets
+  std::vector<int64_t> dims;
+  std::vector<int64_t> shape(const HeaderEntry& e) const;
+  /// Scalars of all tensors together (saturates at INT64_MAX).
+  int64_t total_numel() const;
+};
+
+/// The largest header accepted (the bound of the reference implementation, 100 MB).
+inline constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+/// The most entries __metadata__ may hold (mhar writes fewer than ten).
+inline constexpr std::size_t kMaxMetadataEntries = 4096;
+
+/// Checks the JSON text of a header against a data area of `data_size` bytes (every rule of
+/// docs/checkpoint-format.md); throws FormatError("<path>: <rule>"). Linear in the text (plus
+/// one sort of the tensors), no recursion.
+SafeTensorsHeader parse_safetensors_header(std::string_view json, uint64_t data_size,
+                                           const std::string& path);
+
+/// Reads and checks only the header of `path` (a regular file); throws FormatError.
+SafeTensorsHeader read_safetensors_header(const std::string& path);
+
+/// Called with the checked header before any tensor's bytes are read or allocated: a reader that
+/// knows what it expects refuses there (throwing), whatever the file claims.
+using HeaderCheck = std::function<void(const SafeTensorsHeader&)>;
+
 /// Reads and validates `path`; tensors come back in the order of their data offsets (which is
 /// the insertion order of the writer). Throws FormatError("<path>: ...") on any problem.
-SafeTensors load_safetensors(const std::string& path);
+SafeTensors load_safetensors(const std::string& path, const HeaderCheck& check = {});
 
 }  // namespace mhar::io
