@@ -1,4 +1,4 @@
-// Configure-time check (CMakeLists.txt, MHAR_CPU_ARCH=auto): compiled with -march=x86-64-v3 and
+// Configure-time check (cmake/ChooseCpuArch.cmake, MHAR_CPU_ARCH=auto): compiled with -march=x86-64-v3 and
 // run on the build machine. Exits 0 only when the CPU has what x86-64-v3 code may use; on a CPU
 // without AVX2 the vector loop below can also die with SIGILL, which counts as "no" as well.
 #include <immintrin.h>

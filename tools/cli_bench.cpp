@@ -17,6 +17,7 @@
 #include <memory>
 
 #include "bench_routing_cpu.h"
+#include "busy_load.h"
 #include "cli_common.h"
 #include "device_select.h"
 #include "errors.h"
@@ -26,6 +27,7 @@
 #include "io/file_util.h"
 #include "optim.h"
 #include "routing_versions.h"
+#include "thread_governor.h"
 
 #ifdef MHAR_WITH_CUDA
 #include "cuda/bench/bench_routing.h"
@@ -298,10 +300,12 @@ std::vector<Config> step_modes(const Config& base) {
   return out;
 }
 
-/// Times training steps of residual, attnres and mhar on `device` ("cpu" or "cuda"); returns
-/// each row's median, in StepTiming::cpu_ms or gpu_ms.
+/// Times training steps of residual, attnres and mhar on `device` ("cpu" or "cuda"); on the CPU
+/// each step first lets `threads` choose its thread count, as train does. Returns each row's
+/// median, in StepTiming::cpu_ms or gpu_ms.
 std::vector<StepTiming> bench_steps(const Config& base, int batch, int repeats,
-                                    const std::string& device) {
+                                    const std::string& device,
+                                    const std::shared_ptr<ThreadGovernor>& threads = nullptr) {
   std::vector<Config> configs = step_modes(base);
   std::vector<std::string> labels;
   for (const Config& c : configs) labels.push_back(mode_name(c.mode));
@@ -310,7 +314,10 @@ std::vector<StepTiming> bench_steps(const Config& base, int batch, int repeats,
     auto benches = std::make_shared<std::vector<StepBench>>();
     for (const Config& c : configs) benches->emplace_back(c, batch);
     for (std::size_t k = 0; k < configs.size(); ++k)
-      runs.push_back([benches, k] { return (*benches)[k].run(); });
+      runs.push_back([benches, k, threads] {
+        if (threads) threads->before_step();
+        return (*benches)[k].run();
+      });
   } else {
 #ifdef MHAR_WITH_CUDA
     auto benches = std::make_shared<std::vector<std::unique_ptr<GpuStepBench>>>();
@@ -409,32 +416,42 @@ struct BenchOptions {
   Config cfg;
   std::string mode = "mhar";
   std::string device = "cpu";
-  int batch = 16, repeats = 5, threads = 0;
+  int batch = 16, repeats = 5, threads = 0, busy = 0;
   int N = 0, P = 0, d = 0, H = 0;
   bool kernels_only = false;
   bool cuda_sync = false;
   GpuCheckFlags gpu_check;
 };
 
+/// "CPU (2 threads)", or for --threads 0 "CPU (threads follow the load: 1 to 2)", and the
+/// spinning processes of --busy.
+std::string cpu_label(const BenchOptions& o, const ThreadGovernor& threads) {
+  const std::string busy =
+      o.busy > 0 ? fmt::format(", {} other process{} spinning (--busy)", o.busy,
+                               o.busy == 1 ? "" : "es")
+                 : "";
+  if (o.threads > 0) return fmt::format("CPU ({} threads{})", o.threads, busy);
+  return fmt::format("CPU (threads follow the load: 1 to {}{})", threads.cpus(), busy);
+}
+
 /// `bench step`: one training step per mode on `device` ("cpu" or "cuda").
 int run_bench_step(const BenchOptions& o, const std::string& device) {
-#ifdef _OPENMP
-  if (o.threads > 0) omp_set_num_threads(o.threads);
-  const int threads = omp_get_max_threads();
-#else
-  const int threads = 1;
-#endif
+  const auto threads = std::make_shared<ThreadGovernor>(o.threads);
+  const BusyLoad busy(device == "cpu" ? o.busy : 0);
   fmt::print(
       "{} training step (forward + backward + clipping + AdamW), d={} L={} T={} batch={}, {} "
       "interleaved repeats, median:\n",
-      device == "cpu" ? fmt::format("CPU ({} threads)", threads)
+      device == "cpu" ? cpu_label(o, *threads)
 #ifdef MHAR_WITH_CUDA
                       : "GPU " + mhar::cuda::device_name(0),
 #else
                       : std::string("GPU"),
 #endif
       o.cfg.d, o.cfg.L, o.cfg.T, o.batch, o.repeats);
-  bench_steps(o.cfg, o.batch, o.repeats, device);
+  bench_steps(o.cfg, o.batch, o.repeats, device, threads);
+  if (device == "cpu" && o.threads == 0)
+    fmt::print("threads: {} at the last step (--threads 0: one per idle core)\n",
+               threads->threads());
   return kOk;
 }
 
@@ -603,7 +620,12 @@ Subcommand register_bench(CLI::App& app) {
                   "timed repetitions (step: median; CPU routing: fastest; GPU routing: mean)")
       ->check(positive());
   cmd->add_option("--threads", o->threads,
-                  "on the CPU: threads (0 = all cores; routing times 1 and this many)")
+                  "on the CPU: threads (step: 0 = one per idle core, as train; routing: 0 = all "
+                  "cores, timed on 1 and on this many)")
+      ->check(non_negative());
+  cmd->add_option("--busy", o->busy,
+                  "step, CPU: start N other processes that each keep a core busy while the "
+                  "bench runs (the contended case)")
       ->check(non_negative());
   auto* device_opt = cmd->add_option(
       "--device", o->device, "step: cpu | cuda | auto (default cpu); routing: cuda unless given");

@@ -52,7 +52,9 @@ Subcommand register_train(CLI::App& app) {
                   "figure formats of the heatmaps, comma-separated: png, svg, pdf");
   cmd->add_option("--log-every", o->log_every, "print a progress line every N steps (no terminal)")
       ->check(positive());
-  cmd->add_option("--threads", o->threads, "CPU threads (0 = all cores)")->check(non_negative());
+  cmd->add_option("--threads", o->threads,
+                  "CPU threads (0 = one per idle core, read again every half second)")
+      ->check(non_negative());
   cmd->add_option("--routing", o->routing,
                   "the CPU's routing: reference (reference/routing.cpp at every site) or fast "
                   "(cpu/routing_versions.h); the GPU picks its own")

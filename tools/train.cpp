@@ -28,6 +28,7 @@
 #include "heatmap.h"
 #include "json_types.h"
 #include "memory.h"
+#include "thread_governor.h"
 #include "optim.h"
 #include "routing_versions.h"
 #include "run_dir.h"
@@ -125,7 +126,7 @@ void validate(const TrainOptions& o) {
     throw UsageError(std::string("--format: ") + e.what());
   }
   if (o.warmup < 0) throw UsageError("--warmup must be 0 or positive");
-  if (o.threads < 0) throw UsageError("--threads must be 0 (all cores) or positive");
+  if (o.threads < 0) throw UsageError("--threads must be 0 (one per idle core) or positive");
   try {
     parse_cpu_routing(o.routing);
   } catch (const ShapeError& e) {
@@ -425,9 +426,7 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 int run_loop(const TrainOptions& o, const std::string& device, const fs::path& dir,
              Params<float>& p, Params<float>& m, Params<float>& v, long start_step) {
   const Corpus corpus = load_corpus(o.data, o.val_fraction, o.cfg.T);
-#ifdef _OPENMP
-  if (o.threads > 0) omp_set_num_threads(o.threads);
-#endif
+  ThreadGovernor threads(o.threads);  // --threads 0: as many as there are idle cores
   const std::unique_ptr<Backend> backend =
       make_backend(device, o.cfg, o.batch, p, m, v, parse_cpu_routing(o.routing));
   Metrics metrics;
@@ -452,6 +451,7 @@ int run_loop(const TrainOptions& o, const std::string& device, const fs::path& d
   if (start_step == 0 && o.heatmap_every > 0) heatmaps(dir, o, p, corpus, 0);
   while (step < o.steps) {
     const long s = step + 1;
+    threads.before_step();
     const auto ts = std::chrono::steady_clock::now();
     const StepResult r =
         train_step(o, *backend, random_batch(corpus.train, o.batch, o.cfg.T, o.seed, s), s, kept);
