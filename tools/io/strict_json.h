@@ -58,7 +58,7 @@ std::string get_string(const nlohmann::json& j, const char* key, const std::stri
 bool get_bool(const nlohmann::json& j, const char* key, const std::string& where);
 
 /// A short, printable excerpt of `text` for a message: at most `max` characters, control and
-/// non-ASCII bytes as \xNN.
+/// non-ASCII bytes as \\xNN.
 std::string printable_excerpt(std::string_view text, std::size_t max = 40);
 
 }  // namespace mhar::io

@@ -9,7 +9,7 @@
  * F64, F32, BF16 or F16. An output passes when
  *     relative_error(result, truth) ≤ kToleranceK · yardstick + floor(dtype)      (cases.h)
  * A case or output that is not there is "missing", never a pass; a case the candidate declined
- * (RESULTS/<stem>.declined, decline_marker_name) is "declined", not missing and not a pass; a NaN
+ * (RESULTS/STEM.declined, decline_marker_name) is "declined", not missing and not a pass; a NaN
  * or infinity anywhere in a results file fails. Only the cases in the candidate's scope (--serves)
  * are graded; the verdict is a pass only when every row passes and every case in scope was graded
  * (COMPLETE within the scope). Under a rounding convention (--convention) the yardstick is the
