@@ -1,6 +1,7 @@
 # MHAR_CPU_ARCH=auto on x86-64: the widest -march level this CPU runs that is also faster here.
 #
-# x86-64-v4 (AVX-512) is taken when the CPU runs it, unless a measurement on this CPU says that
+# (Not yet: see mhar_choose_cpu_arch below; auto builds x86-64-v3 on AVX-512 CPUs for now.)
+# x86-64-v4 (AVX-512) is to be taken when the CPU runs it, unless a measurement on this CPU says that
 # x86-64-v3 (AVX2 + FMA) is faster: both levels of a small Eigen SGEMM program (gemm_probe.cpp, the
 # model's matrix shapes, one thread) are built and run here, alternately, three times each, and v3
 # is kept only when its best rate beats v4's by more than 3 %. (GCC 12 tuned one AMD machine's
@@ -105,9 +106,14 @@ function(mhar_choose_cpu_arch)
   mhar_cpu_runs(v4 runs_v4)
   mhar_cpu_runs(v3 runs_v3)
   if(runs_v4)
+    # Measured and said, but not yet taken: in an x86-64-v4 build the fast CPU routing's float
+    # stack backward (cpu/, version B3) gives wrong results on one shape of its test
+    # (tests/test_routing_stack.cpp, n 1, P 5, d 8, H 2), while every x86-64-v3 build passes. Until
+    # that is found and fixed, auto stays at v3; -DMHAR_CPU_ARCH=x86-64-v4 builds v4 on request.
     mhar_measure_v4_against_v3(level why)
-    set(march x86-64-${level})
-    set(why "it runs x86-64-v4 (AVX-512); ${why}")
+    set(march x86-64-v3)
+    string(CONCAT why "it runs x86-64-v4 (AVX-512; ${why}), but auto keeps x86-64-v3 until the "
+           "fast routing's float B3 passes its test in a v4 build (cmake/ChooseCpuArch.cmake)")
   elseif(runs_v3)
     set(march x86-64-v3)
     set(why "it runs x86-64-v3 (AVX2 + FMA), not x86-64-v4")
