@@ -1,11 +1,11 @@
-# MHAR_CPU_ARCH=auto on x86-64: x86-64-v3 (AVX2 + FMA) when this CPU runs it, else no -march.
+# MHAR_CPU_ARCH=auto on x86-64: the widest -march level this CPU runs that is also faster here.
 #
-# On a CPU that also runs x86-64-v4 (AVX-512), both levels of a small Eigen SGEMM program
-# (gemm_probe.cpp, the model's matrix shapes, one thread) are built and run here, alternately,
-# three times each, and the configure line gives both rates (v4 was about twice as fast on an AMD
-# EPYC Zen 5 and 1.5× on an Intel Xeon: docs/benchmarks.md). v4 is not taken yet: in a v4 build the
-# fast routing's float stack backward (cpu/, B3) fails its test (see mhar_choose_cpu_arch).
-# -DMHAR_CPU_ARCH=x86-64-v4 builds it on request.
+# x86-64-v4 (AVX-512) is taken when the CPU runs it, unless a measurement on this CPU says that
+# x86-64-v3 (AVX2 + FMA) is faster: both levels of a small Eigen SGEMM program (gemm_probe.cpp, the
+# model's matrix shapes, one thread) are built and run here, alternately, three times each, and v3
+# is kept only when its best rate beats v4's by more than 3 %. (GCC 12 tuned one AMD machine's
+# AVX-512 code so that v3 was faster; an Intel Xeon ran v4 1.5× faster: docs/benchmarks.md.) On a
+# CPU without AVX-512, x86-64-v3 when it runs; on one without AVX2, -march is left off.
 #
 # The choice is kept in the cache with the CPU's model name, so a reconfigure on the same machine
 # does not measure again; a build directory moved to another CPU measures anew. Sets MHAR_MARCH.
@@ -68,16 +68,29 @@ function(mhar_race_gemm_probes exe4 exe3 rounds best_v4 best_v3)
   set(${best_v3} ${b3} PARENT_SCOPE)
 endfunction()
 
-# v4's and v3's one-thread SGEMM rates on this CPU, for the configure line: sets rates.
-function(mhar_measure_v4_against_v3 rates)
+# v4 versus v3 on this CPU: sets level (v4 or v3) and why (the numbers, for the configure line).
+function(mhar_measure_v4_against_v3 level why)
   mhar_build_gemm_probe(v4 exe4)
   mhar_build_gemm_probe(v3 exe3)
   if(NOT exe4 OR NOT exe3)
-    set(${rates} "the SGEMM probe did not build, so not measured" PARENT_SCOPE)
+    set(${level} v4 PARENT_SCOPE)
+    set(${why} "the SGEMM probe did not build, so not measured" PARENT_SCOPE)
     return()
   endif()
   mhar_race_gemm_probes(${exe4} ${exe3} 3 r4 r3)
-  set(${rates} "one-thread Eigen SGEMM here: x86-64-v4 ${r4} GFLOP/s, x86-64-v3 ${r3}" PARENT_SCOPE)
+  # v3 is kept only when it is faster by more than 3 %: r3 > 1.03 · r4, in integer arithmetic.
+  string(REGEX REPLACE "\\..*" "" i4 "${r4}")
+  string(REGEX REPLACE "\\..*" "" i3 "${r3}")
+  math(EXPR v3_scaled "${i3} * 100")
+  math(EXPR v4_scaled "${i4} * 103")
+  if(v3_scaled GREATER v4_scaled)
+    set(${level} v3 PARENT_SCOPE)
+    set(${why} "one-thread Eigen SGEMM here: x86-64-v3 ${r3} GFLOP/s, x86-64-v4 ${r4}: v3 is faster"
+        PARENT_SCOPE)
+  else()
+    set(${level} v4 PARENT_SCOPE)
+    set(${why} "one-thread Eigen SGEMM here: x86-64-v4 ${r4} GFLOP/s, x86-64-v3 ${r3}" PARENT_SCOPE)
+  endif()
 endfunction()
 
 # The choice for MHAR_CPU_ARCH=auto: sets MHAR_MARCH in the caller and says why on the configure line.
@@ -92,14 +105,9 @@ function(mhar_choose_cpu_arch)
   mhar_cpu_runs(v4 runs_v4)
   mhar_cpu_runs(v3 runs_v3)
   if(runs_v4)
-    # Measured and said, but not yet taken: in an x86-64-v4 build the fast CPU routing's float
-    # stack backward (cpu/, version B3) gives wrong results on one shape of its test
-    # (tests/test_routing_stack.cpp, n 1, P 5, d 8, H 2), while every x86-64-v3 build passes. Until
-    # that is found and fixed, auto stays at v3; -DMHAR_CPU_ARCH=x86-64-v4 builds v4 on request.
-    mhar_measure_v4_against_v3(why)
-    set(march x86-64-v3)
-    string(CONCAT why "it runs x86-64-v4 (AVX-512; ${why}), but auto keeps x86-64-v3 until the "
-           "fast routing's float B3 passes its test in a v4 build (cmake/ChooseCpuArch.cmake)")
+    mhar_measure_v4_against_v3(level why)
+    set(march x86-64-${level})
+    set(why "it runs x86-64-v4 (AVX-512); ${why}")
   elseif(runs_v3)
     set(march x86-64-v3)
     set(why "it runs x86-64-v3 (AVX2 + FMA), not x86-64-v4")

@@ -1,6 +1,6 @@
 // Configure-time measurement (cmake/ChooseCpuArch.cmake): the single-thread Eigen SGEMM rate at
-// the model's shapes, built at -march=x86-64-v4 and at v3 and run on the build machine, so that
-// the configure line can say how much faster AVX-512 would be on this CPU.
+// the model's shapes, built once per candidate -march level and run on the build machine, so that
+// the build picks the level that is faster on this CPU, not the one that is merely wider.
 // Prints one number: the best GFLOP/s over the shapes' geometric mean, after a warm-up.
 #include <Eigen/Dense>
 
