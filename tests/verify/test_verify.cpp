@@ -191,7 +191,7 @@ TEST_CASE("verify: wrong, NaN, misshapen and missing results never pass", "[veri
     CHECK(r.fail == 1);
     const VerifyRow* x = row(r, "oddp", "dq");
     REQUIRE(x);
-    CHECK(x->verdict == "FAIL");
+    CHECK(x->verdict == Verdict::Fail);
     CHECK(x->note.find("c 5 (head 0, column 5 of 32)") != std::string::npos);
     CHECK(format_report(r).find("first failure: case 05-oddp.f32.safetensors tensor dq") !=
           std::string::npos);
@@ -206,7 +206,7 @@ TEST_CASE("verify: wrong, NaN, misshapen and missing results never pass", "[veri
     });
     CHECK(r.fail == 2);
     CHECK(row(r, "h1", "out")->note.find("nan at element 0") != std::string::npos);
-    CHECK(row(r, "hd", "scratch")->verdict == "FAIL");
+    CHECK(row(r, "hd", "scratch")->verdict == Verdict::Fail);
   }
   SECTION("a tensor of the wrong shape fails, naming both shapes") {
     const VerifyReport r = run([](const Case& c, mhar::io::SafeTensors& st) {
@@ -225,9 +225,9 @@ TEST_CASE("verify: wrong, NaN, misshapen and missing results never pass", "[veri
     CHECK(r.fail == 0);
     CHECK(r.missing == 1);
     CHECK_FALSE(r.ok());
-    CHECK(row(r, "nogain", "dsources")->verdict == "missing");
+    CHECK(row(r, "nogain", "dsources")->verdict == Verdict::Missing);
     CHECK(r2.missing == 2);
-    CHECK(row(r2, "01-n1", "(case)")->verdict == "missing");
+    CHECK(row(r2, "01-n1", "(case)")->verdict == Verdict::Missing);
     CHECK(format_report(r2).find("missing is never a pass") != std::string::npos);
   }
   SECTION("--forward-only grades the forward and says the gradients are not checked") {
@@ -246,7 +246,7 @@ TEST_CASE("verify: wrong, NaN, misshapen and missing results never pass", "[veri
     run({});
     std::ofstream(res + "/02-h1.f32.safetensors") << "not safetensors";
     const VerifyReport r = verify_results({cases, res, "", false});
-    CHECK(row(r, "02-h1", "(file)")->verdict == "FAIL");
+    CHECK(row(r, "02-h1", "(file)")->verdict == Verdict::Fail);
   }
   SECTION("--repeat: identical bits pass, one flipped bit fails") {
     run({});
@@ -273,7 +273,7 @@ TEST_CASE("verify: a bf16 result is held to a bf16 standard", "[verify]") {
   const VerifyReport r = verify_results({cases, dir.file(".") + "/b", "", false});
   int f32_fail = 0, bf16_fail = 0;
   for (const auto& x : r.rows) {
-    if (x.verdict != "FAIL") continue;
+    if (x.verdict != Verdict::Fail) continue;
     (x.file.find(".bf16.") != std::string::npos ? bf16_fail : f32_fail)++;
   }
   CHECK(bf16_fail == 0);
@@ -360,7 +360,7 @@ TEST_CASE("verify: --serves h1 grades every H = 1 case and no other, COMPLETE wi
   fs::remove(run.res + "/02-h1.f32.safetensors");
   const VerifyReport r2 = run.verify(Scope::H1);
   CHECK_FALSE(r2.ok());
-  CHECK(row(r2, "02-h1.f32", "(case)")->verdict == "missing");
+  CHECK(row(r2, "02-h1.f32", "(case)")->verdict == Verdict::Missing);
   CHECK(format_report(r2).find("INCOMPLETE within scope h1") != std::string::npos);
 }
 
@@ -373,7 +373,7 @@ TEST_CASE("verify: a declined case is declined, not missing, and not a pass", "[
   CHECK(r.missing == 0);
   CHECK(r.fail == 0);
   CHECK_FALSE(r.ok());
-  CHECK(row(r, "03-hd.f32", "(case)")->verdict == "declined");
+  CHECK(row(r, "03-hd.f32", "(case)")->verdict == Verdict::Declined);
   CHECK(row(r, "03-hd.f32", "(case)")->note == "declined by the candidate: H = d = 12: not served");
   CHECK(format_report(r).find("1 declined") != std::string::npos);
   // A decline marker beside a results file is a contradiction: it fails.
@@ -433,7 +433,7 @@ TEST_CASE("verify: under --convention hf-rmsnorm the yardstick rounds the key li
   CHECK(hf.worst.ratio < 0.2);
   CHECK(hf.worst_exact.ratio > hf.worst.ratio);
   for (const VerifyRow& x : hf.rows)
-    if (x.verdict == "pass") CHECK(!std::isnan(x.ratio_exact));
+    if (x.verdict == Verdict::Pass) CHECK(!std::isnan(x.ratio_exact));
   CHECK(format_report(hf).find("precision cost of hf-rmsnorm: worst ratio") != std::string::npos);
   const Case peaked = load_case(run.cases + "/09-peaked.bf16.safetensors");
   CHECK(yardsticks(peaked, Convention::HfRmsnorm).at("dq") > peaked.yardstick.at("dq"));
@@ -501,14 +501,14 @@ TEST_CASE("verify: a running sum never rescaled and a race get hints of their ow
   const VerifyReport r = verify_results({cases, res, "", true});
   int failed = 0;
   for (const auto& x : r.rows)
-    if (x.tensor == "out" && x.verdict == "FAIL") {
+    if (x.tensor == "out" && x.verdict == Verdict::Fail) {
       ++failed;
       CAPTURE(x.file);
       CHECK(has_hint(r, x.file, "not rescaled when the running max moves"));
       CHECK_FALSE(has_hint(r, x.file, "check the mix"));
     }
   CHECK(failed >= 3);                                // the bug shows wherever the max moved
-  CHECK(row(r, "01-n1", "out")->verdict == "pass");  // one source: nothing to rescale
+  CHECK(row(r, "01-n1", "out")->verdict == Verdict::Pass);  // one source: nothing to rescale
   // An out that is wrong in another way keeps the tensor-by-tensor hint.
   const std::string other = dir.file(".") + "/other";
   write_results(cases, other, "F32", [](const Case& c, mhar::io::SafeTensors& st) {

@@ -30,10 +30,10 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return out + "]";
 }
 
-VerifyRow make_row(std::string tensor, std::string verdict = {}, std::string note = {}) {
+VerifyRow make_row(std::string tensor, Verdict verdict = Verdict::Fail, std::string note = {}) {
   VerifyRow r;
   r.tensor = std::move(tensor);
-  r.verdict = std::move(verdict);
+  r.verdict = verdict;
   r.note = std::move(note);
   return r;
 }
@@ -43,16 +43,16 @@ bool readable_dtype(const std::string& t) {
 }
 
 /// Hints by tensor, for a case whose outputs failed (what the pattern of failures suggests).
-std::vector<std::string> hints_for(const std::map<std::string, std::string>& verdicts,
+std::vector<std::string> hints_for(const std::map<std::string, Verdict>& verdicts,
                                    const std::map<std::string, std::string>& where) {
   std::vector<std::string> h;
   const auto failed = [&](const char* n) {
     const auto it = verdicts.find(n);
-    return it != verdicts.end() && it->second == "FAIL";
+    return it != verdicts.end() && it->second == Verdict::Fail;
   };
   const auto passed = [&](const char* n) {
     const auto it = verdicts.find(n);
-    return it != verdicts.end() && it->second == "pass";
+    return it != verdicts.end() && it->second == Verdict::Pass;
   };
   for (const char* n : {"out", "alpha", "dsources", "dq", "dg", "dpartial", "dgate"}) {
     const auto it = where.find(std::string(n) + ":nan");
@@ -155,7 +155,7 @@ VerifyRow grade_output(const VerifyOptions& o, const Case& c, const std::string&
   VerifyRow row = make_row(name);
   const std::vector<int64_t> want = c.shape_of(name);
   const bool scalar_ok = t && want.empty() && t->numel() == 1 && t->shape.size() <= 1;
-  row.verdict = "FAIL";
+  row.verdict = Verdict::Fail;
   if (!readable_dtype(t->dtype)) {
     row.note = "dtype " + t->dtype + " (allowed: F64, F32, BF16, F16)";
     return row;
@@ -184,7 +184,7 @@ VerifyRow grade_output(const VerifyOptions& o, const Case& c, const std::string&
       worst = std::abs(got[k] - truth[k]);
       row.worst_index = static_cast<long>(k);
     }
-  if (row.error <= row.tolerance) row.verdict = "pass";
+  if (row.error <= row.tolerance) row.verdict = Verdict::Pass;
   given[name] = got;
   return row;
 }
@@ -216,11 +216,11 @@ std::string eps_hint(const Case& c, const Given& given) {
 }
 
 /// The failing tensors of a case, comma-separated.
-std::string failing(const std::map<std::string, std::string>& verdicts) {
+std::string failing(const std::map<std::string, Verdict>& verdicts) {
   std::string f;
   for (const char* n : {"out", "alpha", "dsources", "dq", "dg", "dpartial", "dgate"}) {
     const auto it = verdicts.find(n);
-    if (it != verdicts.end() && it->second == "FAIL") f += (f.empty() ? "" : ", ") + std::string(n);
+    if (it != verdicts.end() && it->second == Verdict::Fail) f += (f.empty() ? "" : ", ") + std::string(n);
   }
   return f;
 }
@@ -229,11 +229,11 @@ std::string failing(const std::map<std::string, std::string>& verdicts) {
 /// normalised key to the storage dtype before the gain: the hf-rmsnorm convention. Returns the
 /// worst ratio under that convention (NaN when the pattern does not fit).
 double hf_rmsnorm_fit(const Case& c, const Given& given,
-                      const std::map<std::string, std::string>& verdicts) {
+                      const std::map<std::string, Verdict>& verdicts) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   if (c.dtype == DType::F32 || failing(verdicts).empty()) return nan;
   for (const auto& [name, v] : verdicts)
-    if (v != "pass" && v != "FAIL") return nan;  // a missing or unreadable tensor
+    if (v != Verdict::Pass && v != Verdict::Fail) return nan;  // a missing or unreadable tensor
   const std::map<std::string, double> yh = yardsticks(c, Convention::HfRmsnorm);
   double worst = 0;
   for (const auto& [name, v] : verdicts) {
@@ -260,7 +260,7 @@ void note_inputs(VerifyReport& rep, const Case& c, const io::SafeTensors& res) {
 VerifyRow repeat_row(const std::string& r2, const io::SafeTensors& res) {
   VerifyRow row = make_row("(repeat)");
   if (!fs::exists(r2)) {
-    row.verdict = "missing";
+    row.verdict = Verdict::Missing;
     row.note = "no " + r2;
     return row;
   }
@@ -268,7 +268,7 @@ VerifyRow repeat_row(const std::string& r2, const io::SafeTensors& res) {
   try {
     res2 = io::load_safetensors(r2);
   } catch (const io::FormatError& err) {
-    row.verdict = "FAIL";
+    row.verdict = Verdict::Fail;
     row.note = err.what();
     return row;
   }
@@ -290,7 +290,7 @@ VerifyRow repeat_row(const std::string& r2, const io::SafeTensors& res) {
       ++same;
     }
   }
-  row.verdict = differ.empty() ? "pass" : "FAIL";
+  row.verdict = differ.empty() ? Verdict::Pass : Verdict::Fail;
   row.note = differ.empty() ? fmt::format("{} tensors, identical bits", same) : differ;
   return row;
 }
@@ -313,23 +313,23 @@ class CaseGrader {
     const std::string dpath = (fs::path(o_.results) / decline_marker_name(e_.file)).string();
     const bool declined = fs::exists(dpath);
     if (declined && fs::exists(rpath)) {
-      add(make_row("(case)", "FAIL", "both " + rpath + " and the decline marker " + dpath));
+      add(make_row("(case)", Verdict::Fail, "both " + rpath + " and the decline marker " + dpath));
       return std::nullopt;
     }
     if (declined) {
-      add(make_row("(case)", "declined", "declined by the candidate: " + first_line(dpath)));
+      add(make_row("(case)", Verdict::Declined, "declined by the candidate: " + first_line(dpath)));
       rep_.declined_h1 += c_.spec.H == 1;
       return std::nullopt;
     }
     if (!fs::exists(rpath)) {
-      add(make_row("(case)", "missing", "no " + rpath));
+      add(make_row("(case)", Verdict::Missing, "no " + rpath));
       return std::nullopt;
     }
     io::SafeTensors res;
     try {
       res = io::load_safetensors(rpath);
     } catch (const io::FormatError& err) {
-      add(make_row("(file)", "FAIL", err.what()));
+      add(make_row("(file)", Verdict::Fail, err.what()));
       return std::nullopt;
     }
     ++rep_.cases_graded;
@@ -340,7 +340,7 @@ class CaseGrader {
       const VerifyRow repeat = repeat_row((fs::path(o_.repeat) / e_.file).string(), res);
       add(repeat);
       if (repeat.note.find(" differs (") != std::string::npos)
-        add(make_row("(hint)", "hint", race_hint(repeat.note)));
+        add(make_row("(hint)", Verdict::Hint, race_hint(repeat.note)));
     }
     return fit;
   }
@@ -349,15 +349,15 @@ class CaseGrader {
   void add(VerifyRow row) {
     row.file = e_.file;
     row.why = c_.spec.why;
-    if (row.verdict == "pass")
+    if (row.verdict == Verdict::Pass)
       ++rep_.pass;
-    else if (row.verdict == "FAIL")
+    else if (row.verdict == Verdict::Fail)
       ++rep_.fail;
-    else if (row.verdict == "missing")
+    else if (row.verdict == Verdict::Missing)
       ++rep_.missing;
-    else if (row.verdict == "declined")
+    else if (row.verdict == Verdict::Declined)
       ++rep_.declined;
-    else if (row.verdict != "hint")
+    else if (row.verdict != Verdict::Hint)
       ++rep_.not_checked;
     rep_.rows.push_back(std::move(row));
   }
@@ -384,20 +384,20 @@ class CaseGrader {
     for (const std::string& name : outs) {
       const io::Tensor* t = res.find(name);
       if (o_.forward_only && !is_forward_output(name)) {
-        add(make_row(name, "not checked",
+        add(make_row(name, Verdict::NotChecked,
                      t ? "--forward-only (given, not graded)" : "--forward-only"));
         continue;
       }
       if (!t) {
         if (name == "alpha") continue;  // optional
-        add(make_row(name, "missing", "no tensor '" + name + "' in " + rpath));
-        verdicts_[name] = "missing";
+        add(make_row(name, Verdict::Missing, "no tensor '" + name + "' in " + rpath));
+        verdicts_[name] = Verdict::Missing;
         continue;
       }
       VerifyRow row = grade_output(o_, c_, name, t, yard, given_);
       if (row.worst_index >= 0) where_[name] = describe_element(c_, name, row.worst_index);
-      if (row.verdict == "FAIL" && row.worst_index >= 0) row.note = "worst at " + where_[name];
-      if (row.verdict == "FAIL" && row.worst_index < 0 &&
+      if (row.verdict == Verdict::Fail && row.worst_index >= 0) row.note = "worst at " + where_[name];
+      if (row.verdict == Verdict::Fail && row.worst_index < 0 &&
           row.note.find(" at element ") != std::string::npos)
         where_[name + ":nan"] = row.note;
       verdicts_[name] = row.verdict;
@@ -412,7 +412,7 @@ class CaseGrader {
       for (std::size_t k = 0; k < v.size(); ++k)
         if (!std::isfinite(v[k])) {
           add(make_row(
-              name, "FAIL",
+              name, Verdict::Fail,
               fmt::format("{} at element {} (an extra tensor; a NaN anywhere fails)", v[k], k)));
           break;
         }
@@ -423,7 +423,7 @@ class CaseGrader {
   std::optional<HfFit> add_hints() {
     if (failing(verdicts_).empty()) {
       for (const std::string& hint : hints_for(verdicts_, where_))
-        add(make_row("(hint)", "hint", hint));
+        add(make_row("(hint)", Verdict::Hint, hint));
       return std::nullopt;
     }
     if (o_.convention == Convention::Exact) {
@@ -431,8 +431,8 @@ class CaseGrader {
       if (!std::isnan(ratio)) {
         const auto out = verdicts_.find("out");
         HfFit fit{c_.spec.why, dtype_name(c_.dtype), failing(verdicts_),
-                  out != verdicts_.end() && out->second == "pass"};
-        add(make_row("(hint)", "hint",
+                  out != verdicts_.end() && out->second == Verdict::Pass};
+        add(make_row("(hint)", Verdict::Hint,
                      fmt::format("{} fail{}, yet every output is within tolerance of a reference "
                                  "that rounds the normalised key to {} before the gain (worst "
                                  "ratio {:.3f} there): consistent with hf-rmsnorm; rerun with "
@@ -445,15 +445,15 @@ class CaseGrader {
     // Before eps: a kernel that never rescales can also fit some other eps (delta, null source).
     if (const auto out = given_.find("out"); out != given_.end() && where_.count("out"))
       if (const std::string h = missing_rescale_hint(c_, out->second); !h.empty()) {
-        add(make_row("(hint)", "hint", h));  // known_bugs.h: the pattern names the bug
+        add(make_row("(hint)", Verdict::Hint, h));  // known_bugs.h: the pattern names the bug
         return std::nullopt;
       }
     if (const std::string h = eps_hint(c_, given_); !h.empty()) {
-      add(make_row("(hint)", "hint", h));
+      add(make_row("(hint)", Verdict::Hint, h));
       return std::nullopt;
     }
     for (const std::string& hint : hints_for(verdicts_, where_))
-      add(make_row("(hint)", "hint", hint));
+      add(make_row("(hint)", Verdict::Hint, hint));
     return std::nullopt;
   }
 
@@ -462,7 +462,8 @@ class CaseGrader {
   const ManifestEntry& e_;
   const Case& c_;
   Given given_;
-  std::map<std::string, std::string> verdicts_, where_;
+  std::map<std::string, Verdict> verdicts_;
+  std::map<std::string, std::string> where_;
 };
 
 /// The report's note when every failure fits hf-rmsnorm (bf16/f16 cases only, f32 all passing).
@@ -590,10 +591,22 @@ std::string row_line(const VerifyReport& r, const VerifyRow& row, std::size_t wf
       r.convention == Convention::Exact ? "" : fmt::format(" {:>8}", ratio(row.ratio_exact));
   return fmt::format("{:<{}}  {:<{}}  {:<12} {:>9} {:>9} {:>8}{}  {}{}\n", row.file, wf, why, ww,
                      row.tensor, num_or_dash(row.error), num_or_dash(row.tolerance),
-                     ratio(row.ratio), exact, row.verdict, row.note.empty() ? "" : ": " + row.note);
+                     ratio(row.ratio), exact, verdict_name(row.verdict), row.note.empty() ? "" : ": " + row.note);
 }
 
 }  // namespace
+
+const char* verdict_name(Verdict v) {
+  switch (v) {
+    case Verdict::Pass: return "pass";
+    case Verdict::Fail: return "FAIL";
+    case Verdict::Missing: return "missing";
+    case Verdict::Declined: return "declined";
+    case Verdict::NotChecked: return "not checked";
+    case Verdict::Hint: return "hint";
+  }
+  return "?";
+}
 
 std::string format_report(const VerifyReport& r) {
   std::string s = scope_line(r) + "tolerance: " + r.rule + "\n";
@@ -611,8 +624,8 @@ std::string format_report(const VerifyReport& r) {
                    r.convention == Convention::Exact ? "" : fmt::format(" {:>8}", "exact"),
                    "verdict");
   for (const auto& row : r.rows) {
-    if (row.verdict == "not checked" && r.forward_only) continue;  // said once, above
-    if (row.verdict == "hint")
+    if (row.verdict == Verdict::NotChecked && r.forward_only) continue;  // said once, above
+    if (row.verdict == Verdict::Hint)
       s += fmt::format("{:<{}}  hint: {}\n", row.file, wf, row.note);
     else
       s += row_line(r, row, wf, ww);
@@ -625,7 +638,7 @@ std::string format_report(const VerifyReport& r) {
         convention_name(r.convention), r.worst_exact.ratio, r.worst_exact.at, r.worst.ratio,
         convention_name(r.convention), r.worst.at);
   for (const auto& row : r.rows)
-    if (row.verdict == "FAIL") {
+    if (row.verdict == Verdict::Fail) {
       std::string what =
           std::isnan(row.error)
               ? row.note
@@ -659,7 +672,7 @@ nlohmann::ordered_json report_json(const VerifyReport& r) {
                          {"tolerance", num(row.tolerance)},
                          {"ratio", num(row.ratio)},
                          {"ratio_exact", num(row.ratio_exact)},
-                         {"verdict", row.verdict},
+                         {"verdict", verdict_name(row.verdict)},
                          {"note", row.note}});
   j["notes"] = r.notes;
   j["summary"] = {{"pass", r.pass},

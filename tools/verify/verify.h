@@ -47,12 +47,18 @@ struct VerifyOptions {
   Convention convention = Convention::Exact;  ///< the rounding convention the yardstick follows
 };
 
+/// What one row of the table says about a tensor, a case or a file. A hint is a line of advice
+/// under a failing case, not a grade.
+enum class Verdict { Pass, Fail, Missing, Declined, NotChecked, Hint };
+/// As the table prints it: "pass", "FAIL", "missing", "declined", "not checked", "hint".
+const char* verdict_name(Verdict v);
+
 /// One row of the table.
 struct VerifyRow {
   std::string file;  ///< the case file name
   std::string why;
   std::string tensor;   ///< an output name, or "(case)", "(file)", "(repeat)", "(hint)"
-  std::string verdict;  ///< "pass", "FAIL", "missing", "declined", "not checked" or "hint"
+  Verdict verdict = Verdict::Fail;
   double error = std::numeric_limits<double>::quiet_NaN();
   double tolerance = std::numeric_limits<double>::quiet_NaN();
   double ratio = std::numeric_limits<double>::quiet_NaN();
