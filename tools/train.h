@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "data.h"
 #include "model.h"
@@ -39,6 +40,11 @@ struct TrainOptions {
   int threads = 0;               ///< 0: all cores
   std::string routing = "fast";  ///< the CPU's routing: cpu_routing_names (cpu/routing_versions.h)
   bool quiet = false;
+
+  /// The arguments of `mhar-toy train` that run these options: every model and training flag
+  /// (cli_train.h; the vocabulary is not a flag), --out, and -q when quiet. Parsing them with
+  /// add_train_options gives these options back. Defined in cli_train.cpp, beside the flags.
+  std::vector<std::string> to_args() const;
 };
 
 nlohmann::json train_options_to_json(const TrainOptions& o);

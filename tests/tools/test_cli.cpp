@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
@@ -25,6 +26,7 @@
 
 #include "bench_routing_cpu.h"
 #include "checkpoint.h"
+#include "cli_train.h"
 #include "figures.h"
 #include "memory.h"
 #include "safetensors.h"
@@ -540,6 +542,31 @@ TEST_CASE("sweep: killed midway and rerun, it resumes and gives the uninterrupte
   CHECK(read_text(d / "whole" / "summary.csv") == csv);
   for (const char* f : {"val-vs-width.png", "val-vs-width.svg", "excess-vs-width.png"})
     CHECK(fs::exists(d / "whole" / f) == mhar::io::kFiguresBuilt);
+}
+
+TEST_CASE("sweep: a run's command line, TrainOptions::to_args, parses back to its options",
+          "[cli][sweep]") {
+  using namespace mhar::toy;
+  TrainOptions o;  // every field away from its default, a double that is no short decimal
+  o.cfg.mode = mhar::Mode::Block, o.cfg.d = 48, o.cfg.L = 3, o.cfg.n_head = 3, o.cfg.n_kv_head = 1;
+  o.cfg.ffn = 136, o.cfg.T = 24, o.cfg.H = 6, o.cfg.n_blocks = 3;
+  o.data = "some dir/text.txt", o.out = "runs/a b", o.device = "cpu", o.steps = 7, o.batch = 3;
+  o.lr = 1.0 / 3.0, o.min_lr_ratio = 0.07, o.warmup = 2, o.weight_decay = 0.01, o.clip = 0.5;
+  o.seed = std::numeric_limits<std::uint64_t>::max(), o.val_fraction = 0.2, o.eval_every = 3;
+  o.eval_batches = 5, o.ckpt_every = 4, o.heatmap_every = 0, o.figure_formats = "svg";
+  o.log_every = 2, o.threads = 3, o.routing = "reference", o.quiet = true;
+  std::vector<std::string> args = o.to_args();
+  CAPTURE(args);
+  TrainOptions back;
+  std::string mode;
+  CLI::App parser;
+  add_train_options(parser, back, mode);
+  std::reverse(args.begin(), args.end());
+  parser.parse(args);
+  back.cfg.mode = mhar::parse_mode(mode);
+  CHECK(train_options_to_json(back) == train_options_to_json(o));
+  CHECK(back.out == o.out);
+  CHECK(back.quiet);
 }
 
 TEST_CASE("sample: the same greedy text with and without the decode cache, past window slides",
