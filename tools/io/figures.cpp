@@ -410,139 +410,202 @@ void check_heatmaps(const std::vector<Heatmap>& panels) {
   }
 }
 
-void draw_heatmaps(Canvas& cv, const std::vector<Heatmap>& panels, const std::string& suptitle) {
-  check_heatmaps(panels);
-  // 1. One colour scale for all panels.
-  double lo = panels[0].vmin, hi = panels[0].vmax;
-  bool any_nan = false;
-  for (const Heatmap& p : panels) {
-    lo = std::min(lo, p.vmin), hi = std::max(hi, p.vmax);
-    any_nan = any_nan ||
-              std::any_of(p.values.begin(), p.values.end(), [](double v) { return std::isnan(v); });
-  }
-  const int decimals = std::clamp(2 - static_cast<int>(std::floor(std::log10(hi - lo))), 0, 4);
+/// The colour scale every panel shares, and the decimals of the cell annotations.
+struct HeatScale {
+  double lo, hi;
+  int decimals;
+  bool any_nan;  // some cell is "n/a": the colour bar gets an n/a swatch
+};
 
-  // 2. Cell size: 36 px, wider (up to 60) when the annotations need it, else no annotations.
-  const double lh = cv.line_height(Font::Small);
+/// 1. One colour scale for all panels.
+HeatScale heat_scale(const std::vector<Heatmap>& panels) {
+  HeatScale s{panels[0].vmin, panels[0].vmax, 0, false};
+  for (const Heatmap& p : panels) {
+    s.lo = std::min(s.lo, p.vmin), s.hi = std::max(s.hi, p.vmax);
+    s.any_nan = s.any_nan || std::any_of(p.values.begin(), p.values.end(),
+                                         [](double v) { return std::isnan(v); });
+  }
+  s.decimals = std::clamp(2 - static_cast<int>(std::floor(std::log10(s.hi - s.lo))), 0, 4);
+  return s;
+}
+
+struct CellSize {
+  double w, h;
+  bool annotate;  // the values fit in their cells and are written there
+};
+
+/// 2. Cell size: 36 px, wider (up to 60) when the annotations need it, else no annotations.
+CellSize cell_size(const Canvas& cv, const std::vector<Heatmap>& panels, const HeatScale& s) {
   double ann_w = 0;
   for (const Heatmap& p : panels)
     if (p.annotate)
       for (double v : p.values)
-        if (!std::isnan(v)) ann_w = std::max(ann_w, cv.text_width(fixed(v, decimals), Font::Small));
+        if (!std::isnan(v))
+          ann_w = std::max(ann_w, cv.text_width(fixed(v, s.decimals), Font::Small));
   const bool annotate = ann_w > 0 && ann_w + 8 <= 60;
-  const double cw = std::ceil(std::max(36.0, annotate ? ann_w + 8 : 0.0));
-  const double ch = std::ceil(std::max(32.0, lh + 8));
+  return {std::ceil(std::max(36.0, annotate ? ann_w + 8 : 0.0)),
+          std::ceil(std::max(32.0, cv.line_height(Font::Small) + 8)), annotate};
+}
 
-  // 3. Per panel: row labels (unless the same as panel 0's), column labels, axis names.
-  struct Box {
-    bool row_labels;
-    double row_label_w, left, grid_x, width, grid_h;
-    bool vertical_cols;
-    double col_label_h;
-  };
-  std::vector<Box> boxes;
-  double x = kPad, max_grid_h = 0, below_h = 0;
+/// Where one panel goes, in pixels.
+struct PanelBox {
+  bool row_labels;  // drawn (else the panel shares panel 0's, further left)
+  double left, grid_x, grid_y, grid_w, grid_h;
+  double width;  // the grid, its row labels and the title
+  bool vertical_cols;
+  double col_label_h;
+  double below_h;  // under the grid: column labels and the column axis name
+};
+
+/// 3. Panel i at x, its grid's top at grid_y: row labels (unless the same as panel 0's), column
+/// labels, axis names.
+PanelBox panel_box(const Canvas& cv, const std::vector<Heatmap>& panels, std::size_t i, double x,
+                   double grid_y, const CellSize& cell) {
+  const Heatmap& p = panels[i];
+  PanelBox b{};
+  b.row_labels = i == 0 || p.row_labels != panels[0].row_labels || p.row_axis != panels[0].row_axis;
+  double row_label_w = 0;
+  for (const auto& l : p.row_labels)
+    row_label_w = std::max(row_label_w, cv.text_width(l, Font::Small));
+  double col_w = 0;
+  for (const auto& l : p.col_labels) col_w = std::max(col_w, cv.text_width(l, Font::Small));
+  b.vertical_cols = col_w > cell.w - 4;
+  b.col_label_h = b.vertical_cols ? col_w : cv.line_height(Font::Small);
+  b.left = x;
+  const double axis_w = p.row_axis.empty() ? 0 : cv.line_height(Font::Normal) + 10;
+  b.grid_x = std::round(x + (b.row_labels ? axis_w + row_label_w + 6 : 0));
+  b.grid_y = grid_y;
+  b.grid_w = cell.w * static_cast<double>(p.col_labels.size());
+  b.grid_h = cell.h * static_cast<double>(p.row_labels.size());
+  b.width = std::max(b.grid_x - x + b.grid_w, cv.text_width(p.title, Font::Normal));
+  b.below_h = 4 + b.col_label_h + (p.col_axis.empty() ? 0 : 4 + cv.line_height(Font::Normal));
+  return b;
+}
+
+/// The colour bar and its ticks.
+struct ColourBar {
+  double x, y, w, h;
+  std::vector<double> ticks;
+  double step;     // between ticks
+  double label_w;  // room its tick labels, or the n/a label, take to its right
+};
+
+/// 4. The colour bar at (x, y), at least 160 px tall and as tall as the tallest grid.
+ColourBar colour_bar_box(const Canvas& cv, const HeatScale& s, double x, double y,
+                         double max_grid_h) {
+  ColourBar bar{x, y, 18, std::max(max_grid_h, 160.0), {}, 0, 0};
+  const int max_ticks =
+      std::clamp(static_cast<int>(bar.h / (2 * cv.line_height(Font::Small))), 2, 6);
+  bar.ticks = nice_ticks(s.lo, s.hi, max_ticks);
+  bar.step = bar.ticks.size() > 1 ? bar.ticks[1] - bar.ticks[0] : s.hi - s.lo;
+  double tick_w = 0;
+  for (double t : bar.ticks)
+    tick_w = std::max(tick_w, cv.text_width(tick_label(t, bar.step), Font::Small));
+  bar.label_w = std::max(tick_w, cv.text_width("n/a", Font::Small) + 8);
+  return bar;
+}
+
+/// 5a. A panel's title, centred over its grid but not left of its box.
+void draw_panel_title(Canvas& cv, const Heatmap& p, const PanelBox& b, double panel_title_h) {
+  const double title_x =
+      std::max(b.grid_x + b.grid_w / 2, b.left + cv.text_width(p.title, Font::Normal) / 2);
+  cv.text(title_x, b.grid_y - panel_title_h / 2, p.title, Font::Normal, kText, Align::Middle);
+}
+
+/// 5b. A panel's cells: viridis, annotated when they fit, hatched where the value is NaN.
+void draw_cells(Canvas& cv, const Heatmap& p, const PanelBox& b, const CellSize& cell,
+                const HeatScale& s) {
+  const std::size_t rows = p.row_labels.size(), cols = p.col_labels.size();
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < cols; ++c) {
+      const double v = p.values[r * cols + c];
+      const double cx = b.grid_x + cell.w * static_cast<double>(c),
+                   cy = b.grid_y + cell.h * static_cast<double>(r);
+      if (std::isnan(v)) {
+        cv.na_rect(cx, cy, cell.w - 1, cell.h - 1);
+        continue;
+      }
+      const Rgb col = viridis((v - s.lo) / (s.hi - s.lo));
+      cv.rect(cx, cy, cell.w - 1, cell.h - 1, col);
+      if (cell.annotate && p.annotate)
+        cv.text(cx + (cell.w - 1) / 2, cy + (cell.h - 1) / 2, fixed(v, s.decimals), Font::Small,
+                text_on(col), Align::Middle);
+    }
+}
+
+/// 5c. A panel's row labels and axis name (when it has its own), its column labels and axis name.
+void draw_panel_labels(Canvas& cv, const Heatmap& p, const PanelBox& b, const CellSize& cell) {
+  if (b.row_labels) {
+    for (std::size_t r = 0; r < p.row_labels.size(); ++r)
+      cv.text(b.grid_x - 6, b.grid_y + cell.h * (static_cast<double>(r) + 0.5), p.row_labels[r],
+              Font::Small, kText, Align::End);
+    if (!p.row_axis.empty())
+      cv.text(b.left + cv.line_height(Font::Normal) / 2, b.grid_y + b.grid_h / 2, p.row_axis,
+              Font::Normal, kText, Align::Middle, true);
+  }
+  const double label_y = b.grid_y + b.grid_h + 4;
+  for (std::size_t c = 0; c < p.col_labels.size(); ++c) {
+    const double cx = b.grid_x + cell.w * (static_cast<double>(c) + 0.5);
+    if (b.vertical_cols)
+      cv.text(cx, label_y, p.col_labels[c], Font::Small, kText, Align::End, true);
+    else
+      cv.text(cx, label_y + cv.line_height(Font::Small) / 2, p.col_labels[c], Font::Small, kText,
+              Align::Middle);
+  }
+  if (!p.col_axis.empty())
+    cv.text(b.grid_x + b.grid_w / 2, label_y + b.col_label_h + 4 + cv.line_height(Font::Normal) / 2,
+            p.col_axis, Font::Normal, kText, Align::Middle);
+}
+
+/// 5d. The colour bar, its ticks, and the n/a swatch below it when some cell is NaN.
+void draw_colour_bar(Canvas& cv, const ColourBar& bar, const HeatScale& s) {
+  cv.colour_bar(bar.x, bar.y, bar.w, bar.h);
+  cv.frame(bar.x, bar.y, bar.w, bar.h, kAxis);
+  for (double t : bar.ticks) {
+    const double ty = bar.y + bar.h * (1 - (t - s.lo) / (s.hi - s.lo));
+    cv.polyline({{bar.x + bar.w, ty}, {bar.x + bar.w + 4, ty}}, kAxis, 1);
+    cv.text(bar.x + bar.w + 6, ty, tick_label(t, bar.step), Font::Small, kText, Align::Start);
+  }
+  if (s.any_nan) {
+    const double lh = cv.line_height(Font::Small);
+    const double y = bar.y + bar.h + 8;
+    cv.na_rect(bar.x, y, bar.w, lh);
+    cv.text(bar.x + bar.w + 6, y + lh / 2, "n/a", Font::Small, kText, Align::Start);
+  }
+}
+
+/// Heatmap panels side by side with one colour bar: laid out (1-4), then drawn (5).
+void draw_heatmaps(Canvas& cv, const std::vector<Heatmap>& panels, const std::string& suptitle) {
+  check_heatmaps(panels);
+  const HeatScale scale = heat_scale(panels);
+  const CellSize cell = cell_size(cv, panels, scale);
   const double title_h = suptitle.empty() ? 0 : cv.line_height(Font::Large) + 6;
   const double panel_title_h = cv.line_height(Font::Normal) + 4;
+  const double grid_y = std::round(kPad + title_h + panel_title_h);
+  std::vector<PanelBox> boxes;
+  double x = kPad, max_grid_h = 0, below_h = 0;
   for (std::size_t i = 0; i < panels.size(); ++i) {
-    const Heatmap& p = panels[i];
-    Box b{};
-    b.row_labels =
-        i == 0 || p.row_labels != panels[0].row_labels || p.row_axis != panels[0].row_axis;
-    for (const auto& l : p.row_labels)
-      b.row_label_w = std::max(b.row_label_w, cv.text_width(l, Font::Small));
-    double col_w = 0;
-    for (const auto& l : p.col_labels) col_w = std::max(col_w, cv.text_width(l, Font::Small));
-    b.vertical_cols = col_w > cw - 4;
-    b.col_label_h = b.vertical_cols ? col_w : lh;
-    b.left = x;
-    const double axis_w = p.row_axis.empty() ? 0 : cv.line_height(Font::Normal) + 10;
-    b.grid_x = std::round(x + (b.row_labels ? axis_w + b.row_label_w + 6 : 0));
-    const double grid_w = cw * static_cast<double>(p.col_labels.size());
-    b.grid_h = ch * static_cast<double>(p.row_labels.size());
-    b.width = std::max(b.grid_x - x + grid_w, cv.text_width(p.title, Font::Normal));
+    const PanelBox b = panel_box(cv, panels, i, x, grid_y, cell);
     max_grid_h = std::max(max_grid_h, b.grid_h);
-    below_h = std::max(
-        below_h, 4 + b.col_label_h + (p.col_axis.empty() ? 0 : 4 + cv.line_height(Font::Normal)));
+    below_h = std::max(below_h, b.below_h);
     boxes.push_back(b);
     x += b.width + 2 * kPad;
   }
-
-  // 4. Colour bar to the right, at least 160 px tall; "n/a" swatch below it when needed.
-  const double bar_h = std::max(max_grid_h, 160.0), bar_w = 18;
-  const int max_ticks = std::clamp(static_cast<int>(bar_h / (2 * lh)), 2, 6);
-  const std::vector<double> ticks = nice_ticks(lo, hi, max_ticks);
-  const double step = ticks.size() > 1 ? ticks[1] - ticks[0] : hi - lo;
-  double tick_w = 0;
-  for (double t : ticks) tick_w = std::max(tick_w, cv.text_width(tick_label(t, step), Font::Small));
-  const double bar_x = x - kPad;
-  const double na_h = any_nan ? 8 + lh : 0;
-  const double width =
-      std::max(bar_x + bar_w + 6 + std::max(tick_w, cv.text_width("n/a", Font::Small) + 8) + kPad,
-               cv.text_width(suptitle, Font::Large) + 2 * kPad);
-  const double grid_y = std::round(kPad + title_h + panel_title_h);
-  const double height = grid_y + std::max(max_grid_h + below_h, bar_h + na_h) + kPad;
+  const ColourBar bar = colour_bar_box(cv, scale, x - kPad, grid_y, max_grid_h);
+  const double na_h = scale.any_nan ? 8 + cv.line_height(Font::Small) : 0;
+  const double width = std::max(bar.x + bar.w + 6 + bar.label_w + kPad,
+                                cv.text_width(suptitle, Font::Large) + 2 * kPad);
+  const double height = grid_y + std::max(max_grid_h + below_h, bar.h + na_h) + kPad;
   cv.begin(static_cast<int>(std::ceil(width)), static_cast<int>(std::ceil(height)));
 
-  // 5. Draw.
   if (!suptitle.empty())
     cv.text(width / 2, kPad + title_h / 2, suptitle, Font::Large, kText, Align::Middle);
   for (std::size_t i = 0; i < panels.size(); ++i) {
-    const Heatmap& p = panels[i];
-    const Box& b = boxes[i];
-    const std::size_t rows = p.row_labels.size(), cols = p.col_labels.size();
-    const double grid_w = cw * static_cast<double>(cols);
-    // The title centred over the grid, but not left of the panel's box.
-    const double title_x =
-        std::max(b.grid_x + grid_w / 2, b.left + cv.text_width(p.title, Font::Normal) / 2);
-    cv.text(title_x, grid_y - panel_title_h / 2, p.title, Font::Normal, kText, Align::Middle);
-    for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t c = 0; c < cols; ++c) {
-        const double v = p.values[r * cols + c];
-        const double cx = b.grid_x + cw * static_cast<double>(c),
-                     cy = grid_y + ch * static_cast<double>(r);
-        if (std::isnan(v)) {
-          cv.na_rect(cx, cy, cw - 1, ch - 1);
-          continue;
-        }
-        const Rgb col = viridis((v - lo) / (hi - lo));
-        cv.rect(cx, cy, cw - 1, ch - 1, col);
-        if (annotate && p.annotate)
-          cv.text(cx + (cw - 1) / 2, cy + (ch - 1) / 2, fixed(v, decimals), Font::Small,
-                  text_on(col), Align::Middle);
-      }
-    if (b.row_labels) {
-      for (std::size_t r = 0; r < rows; ++r)
-        cv.text(b.grid_x - 6, grid_y + ch * (static_cast<double>(r) + 0.5), p.row_labels[r],
-                Font::Small, kText, Align::End);
-      if (!p.row_axis.empty())
-        cv.text(b.left + cv.line_height(Font::Normal) / 2, grid_y + b.grid_h / 2, p.row_axis,
-                Font::Normal, kText, Align::Middle, true);
-    }
-    const double label_y = grid_y + b.grid_h + 4;
-    for (std::size_t c = 0; c < cols; ++c) {
-      const double cx = b.grid_x + cw * (static_cast<double>(c) + 0.5);
-      if (b.vertical_cols)
-        cv.text(cx, label_y, p.col_labels[c], Font::Small, kText, Align::End, true);
-      else
-        cv.text(cx, label_y + lh / 2, p.col_labels[c], Font::Small, kText, Align::Middle);
-    }
-    if (!p.col_axis.empty())
-      cv.text(b.grid_x + grid_w / 2, label_y + b.col_label_h + 4 + cv.line_height(Font::Normal) / 2,
-              p.col_axis, Font::Normal, kText, Align::Middle);
+    draw_panel_title(cv, panels[i], boxes[i], panel_title_h);
+    draw_cells(cv, panels[i], boxes[i], cell, scale);
+    draw_panel_labels(cv, panels[i], boxes[i], cell);
   }
-  cv.colour_bar(bar_x, grid_y, bar_w, bar_h);
-  cv.frame(bar_x, grid_y, bar_w, bar_h, kAxis);
-  for (double t : ticks) {
-    const double ty = grid_y + bar_h * (1 - (t - lo) / (hi - lo));
-    cv.polyline({{bar_x + bar_w, ty}, {bar_x + bar_w + 4, ty}}, kAxis, 1);
-    cv.text(bar_x + bar_w + 6, ty, tick_label(t, step), Font::Small, kText, Align::Start);
-  }
-  if (any_nan) {
-    const double y = grid_y + bar_h + 8;
-    cv.na_rect(bar_x, y, bar_w, lh);
-    cv.text(bar_x + bar_w + 6, y + lh / 2, "n/a", Font::Small, kText, Align::Start);
-  }
+  draw_colour_bar(cv, bar, scale);
 }
 
 // ---------------------------------------------------------------------------------------------
