@@ -110,14 +110,95 @@ SampleResult generate(const Checkpoint& ck, std::vector<int> window, const Sampl
 
 // ---- sample -----------------------------------------------------------------------------------
 
+namespace {
+
+/// The options of `sample`.
+struct SampleArgs {
+  std::string ckpt, prompt = "ROMEO:";
+  SampleOptions s;
+  bool no_cache = false, json = false;
+  int threads = 1;  // a decode step is too small to share between threads
+};
+
+/// The first window: the prompt's bytes (an empty prompt: a newline), cut to its last T bytes.
+struct PromptWindow {
+  std::vector<int> bytes;
+  bool cut = false;  // the prompt was longer than T
+};
+PromptWindow prompt_window(const std::string& prompt, int T) {
+  PromptWindow w;
+  w.bytes.assign(prompt.begin(), prompt.end());
+  for (auto& b : w.bytes) b &= 0xff;
+  if (w.bytes.empty()) w.bytes.push_back('\n');
+  w.cut = w.bytes.size() > static_cast<std::size_t>(T);
+  if (w.cut) w.bytes.erase(w.bytes.begin(), w.bytes.end() - T);
+  return w;
+}
+
+/// A rate: bytes per second, the time floored at 1 ns.
+double bytes_per_s(std::size_t bytes, double seconds) {
+  return static_cast<double>(bytes) / std::max(seconds, 1e-9);
+}
+
+/// `sample --json`: the text, the rates, and how the window was used.
+nlohmann::json sample_json(const SampleArgs& o, const PromptWindow& w, const SampleResult& r,
+                           bool cache, int T) {
+  return {{"text", o.prompt + r.generated},
+          {"generated_bytes", r.generated.size()},
+          {"seconds", r.seconds},
+          {"bytes_per_s", bytes_per_s(r.generated.size(), r.seconds)},
+          {"cpu_seconds", r.cpu_seconds},
+          {"bytes_per_cpu_s", bytes_per_s(r.generated.size(), r.cpu_seconds)},
+          {"cache", cache},
+          {"T", T},
+          {"window_slides", r.slides},
+          {"threads", omp_get_max_threads()},
+          {"prompt_bytes", o.prompt.size()},
+          {"prompt_bytes_read", w.bytes.size()},
+          {"prompt_cut", w.cut}};
+}
+
+/// The prompt and its continuation on stdout, then the rate on stderr.
+void print_sample(const std::string& prompt, const SampleResult& r, bool cache, int T) {
+  const std::string how = cache ? "cache: prefill, then one step a byte"
+                                : "no cache: the whole window recomputed every byte";
+  fmt::print("{}{}\n", prompt, r.generated);
+  std::fflush(stdout);
+  fmt::print(stderr,
+             "sample: {} bytes in {:.3f} s, {:.0f} bytes/s ({}; {} window slides to "
+             "the last {} of T = {} bytes)\n",
+             r.generated.size(), r.seconds, bytes_per_s(r.generated.size(), r.seconds), how,
+             r.slides, window_keep(T), T);
+}
+
+/// Runs `sample`.
+int run_sample(const SampleArgs& o) {
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  const Checkpoint ck = load_checkpoint(o.ckpt);
+  const int T = ck.cfg.T;
+  const PromptWindow w = prompt_window(o.prompt, T);
+  if (w.cut && !o.json)
+    fmt::print(stderr,
+               "sample: the prompt is {} bytes, longer than the window T = {}: only "
+               "its last {} bytes are read\n",
+               o.prompt.size(), T, T);
+  SampleOptions so = o.s;
+  so.cache = !o.no_cache;
+  const SampleResult r = generate(ck, w.bytes, so);
+  if (o.json) {
+    // bytes that are not UTF-8 become U+FFFD in JSON (the text output keeps them raw)
+    fmt::print("{}\n", sample_json(o, w, r, so.cache, T)
+                           .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  } else {
+    print_sample(o.prompt, r, so.cache, T);
+  }
+  return kOk;
+}
+
+}  // namespace
+
 Subcommand register_sample(CLI::App& app) {
-  struct Opts {
-    std::string ckpt, prompt = "ROMEO:";
-    SampleOptions s;
-    bool no_cache = false, json = false;
-    int threads = 1;  // a decode step is too small to share between threads
-  };
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<SampleArgs>();
   auto* cmd = app.add_subcommand("sample", "Generate text from a trained model");
   cmd->footer(
       "Window rule (both paths): the context of each byte is a window of at most T bytes, RoPE\n"
@@ -144,56 +225,7 @@ Subcommand register_sample(CLI::App& app) {
   cmd->add_flag("--json", o->json,
                 "print one JSON object (text, bytes/s, window slides) instead of text");
   cmd->add_option("--threads", o->threads, "CPU threads (0 = all cores)")->check(non_negative());
-  return {cmd, [o]() -> int {
-            if (o->threads > 0) omp_set_num_threads(o->threads);
-            const Checkpoint ck = load_checkpoint(o->ckpt);
-            const int T = ck.cfg.T;
-            std::vector<int> window(o->prompt.begin(), o->prompt.end());
-            for (auto& b : window) b &= 0xff;
-            if (window.empty()) window.push_back('\n');
-            const bool cut = window.size() > static_cast<std::size_t>(T);
-            if (cut) {
-              window.erase(window.begin(), window.end() - T);
-              if (!o->json)
-                fmt::print(stderr,
-                           "sample: the prompt is {} bytes, longer than the window T = {}: only "
-                           "its last {} bytes are read\n",
-                           o->prompt.size(), T, T);
-            }
-            SampleOptions so = o->s;
-            so.cache = !o->no_cache;
-            const SampleResult r = generate(ck, window, so);
-            const double rate = static_cast<double>(r.generated.size()) / std::max(r.seconds, 1e-9);
-            const std::string how = so.cache ? "cache: prefill, then one step a byte"
-                                             : "no cache: the whole window recomputed every byte";
-            if (o->json) {
-              const nlohmann::json j = {
-                  {"text", o->prompt + r.generated},
-                  {"generated_bytes", r.generated.size()},
-                  {"seconds", r.seconds},
-                  {"bytes_per_s", rate},
-                  {"cpu_seconds", r.cpu_seconds},
-                  {"bytes_per_cpu_s",
-                   static_cast<double>(r.generated.size()) / std::max(r.cpu_seconds, 1e-9)},
-                  {"cache", so.cache},
-                  {"T", T},
-                  {"window_slides", r.slides},
-                  {"threads", omp_get_max_threads()},
-                  {"prompt_bytes", o->prompt.size()},
-                  {"prompt_bytes_read", window.size()},
-                  {"prompt_cut", cut}};
-              // bytes that are not UTF-8 become U+FFFD in JSON (the text output keeps them raw)
-              fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-            } else {
-              fmt::print("{}{}\n", o->prompt, r.generated);
-              std::fflush(stdout);
-              fmt::print(stderr,
-                         "sample: {} bytes in {:.3f} s, {:.0f} bytes/s ({}; {} window slides to "
-                         "the last {} of T = {} bytes)\n",
-                         r.generated.size(), r.seconds, rate, how, r.slides, window_keep(T), T);
-            }
-            return kOk;
-          }};
+  return {cmd, [o]() -> int { return run_sample(*o); }};
 }
 
 // ---- eval -------------------------------------------------------------------------------------
