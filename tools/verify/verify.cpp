@@ -30,6 +30,7 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return out + "]";
 }
 
+/// A row for `tensor`; a failure until graded otherwise.
 VerifyRow make_row(std::string tensor, Verdict verdict = Verdict::Fail, std::string note = {}) {
   VerifyRow r;
   r.tensor = std::move(tensor);
@@ -155,7 +156,6 @@ VerifyRow grade_output(const VerifyOptions& o, const Case& c, const std::string&
   VerifyRow row = make_row(name);
   const std::vector<int64_t> want = c.shape_of(name);
   const bool scalar_ok = t && want.empty() && t->numel() == 1 && t->shape.size() <= 1;
-  row.verdict = Verdict::Fail;
   if (!readable_dtype(t->dtype)) {
     row.note = "dtype " + t->dtype + " (allowed: F64, F32, BF16, F16)";
     return row;
@@ -349,16 +349,14 @@ class CaseGrader {
   void add(VerifyRow row) {
     row.file = e_.file;
     row.why = c_.spec.why;
-    if (row.verdict == Verdict::Pass)
-      ++rep_.pass;
-    else if (row.verdict == Verdict::Fail)
-      ++rep_.fail;
-    else if (row.verdict == Verdict::Missing)
-      ++rep_.missing;
-    else if (row.verdict == Verdict::Declined)
-      ++rep_.declined;
-    else if (row.verdict != Verdict::Hint)
-      ++rep_.not_checked;
+    switch (row.verdict) {  // every verdict named: a new one does not compile unnoticed (-Wswitch)
+      case Verdict::Pass: ++rep_.pass; break;
+      case Verdict::Fail: ++rep_.fail; break;
+      case Verdict::Missing: ++rep_.missing; break;
+      case Verdict::Declined: ++rep_.declined; break;
+      case Verdict::NotChecked: ++rep_.not_checked; break;
+      case Verdict::Hint: break;  // advice, not a grade
+    }
     rep_.rows.push_back(std::move(row));
   }
 
