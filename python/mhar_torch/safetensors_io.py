@@ -21,6 +21,7 @@ import numpy as np
 
 MAX_HEADER_BYTES = 100_000_000  # the bound of the C++ reader and the reference implementation
 MAX_METADATA_ENTRIES = 4096     # tools/io/safetensors.h, kMaxMetadataEntries
+MAX_TENSORS = 65536             # tools/io/safetensors.h, kMaxTensors
 MAX_INDEX = 2 ** 63 - 1         # shape and data_offsets values: int64 in the C++ reader
 DTYPES = {"F32": np.dtype("<f4"), "F64": np.dtype("<f8"), "I64": np.dtype("<i8")}
 _NAMES = {v: k for k, v in DTYPES.items()}
@@ -128,6 +129,8 @@ def read_header(f, path, size):
     except UnicodeDecodeError as e:
         _fail(path, "header is not valid JSON at byte ", e.start + 1, ": not UTF-8")
     header = parse_json_strict(text, path)
+    if len(header) - ("__metadata__" in header) > MAX_TENSORS:
+        _fail(path, "the header lists more than ", MAX_TENSORS, " tensors")
     metadata, entries = {}, []
     for name, entry in header.items():
         if name == "__metadata__":

@@ -282,6 +282,22 @@ TEST_CASE("safetensors: each kind of corrupt header gives its own FormatError", 
   CHECK(msg.find(c.message) != std::string::npos);
 }
 
+TEST_CASE("safetensors: a header lists at most kMaxTensors tensors", "[safetensors]") {
+  const auto zero_tensors = [](std::size_t n) {  // n tensors of zero size: a valid tiling
+    std::string json = "{";
+    for (std::size_t i = 0; i < n; ++i)
+      json += (i ? ",\"t" : "\"t") + std::to_string(i) +
+              R"(":{"dtype":"F32","shape":[0],"data_offsets":[0,0]})";
+    return make_file(json + "}", "");
+  };
+  TempDir dir;
+  const std::string path = dir.file("many.safetensors");
+  write_bytes(path, zero_tensors(kMaxTensors));
+  CHECK(load_safetensors(path).tensors.size() == kMaxTensors);
+  write_bytes(path, zero_tensors(kMaxTensors + 1));
+  CHECK(load_error(path) == path + ": the header lists more than 65536 tensors");
+}
+
 TEST_CASE("safetensors: a missing or unreadable file names the path and the OS error",
           "[safetensors]") {
   TempDir dir;

@@ -70,6 +70,15 @@ def extra(tt):
     return tt
 
 
+def many_tensors(_raw):
+    """A header listing 65,537 tensors of zero size (a valid tiling): one past the limit."""
+    entries = ",".join('"t%d":{"dtype":"F32","shape":[0],"data_offsets":[0,0]}' % i
+                       for i in range(65537))
+    text = ("{" + entries + "}").encode()
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text
+
+
 DAMAGE = [  # id, (raw bytes → content) or None, meta change, tensor change, words of the message
     ("truncated", lambda raw: raw[:-10], None, None, "truncated"),
     ("short", lambda raw: raw[:5], None, None, "too short"),
@@ -89,6 +98,7 @@ DAMAGE = [  # id, (raw bytes → content) or None, meta change, tensor change, w
     ("non-finite", None, None, nan, "'layers.1.w_up' holds a non-finite"),
     ("extra-tensor", None, None, extra, "parameters"),
     ("missing-file", "missing", None, None, "cannot open"),
+    ("too-many-tensors", many_tensors, None, None, "lists more than 65536 tensors"),
 ]
 
 

@@ -119,6 +119,10 @@ struct SafeTensorsHeader {
 inline constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 /// The most entries __metadata__ may hold (mhar writes fewer than ten).
 inline constexpr std::size_t kMaxMetadataEntries = 4096;
+/// The most tensors a header may list. A checkpoint holds about ten per block (a gradient file
+/// twice that), so this admits L in the thousands; a reader stops at the first entry past it
+/// rather than parse, sort and check a header of millions of entries before refusing it.
+inline constexpr std::size_t kMaxTensors = 65536;
 
 /// Checks the JSON text of a header against a data area of `data_size` bytes (every rule of
 /// docs/checkpoint-format.md); throws FormatError("<path>: <rule>"). Linear in the text (plus

@@ -48,7 +48,7 @@ class HeaderSax : public nlohmann::json_sax<Json> {
     // The shortest entry, "":{"dtype":"F32","shape":[],"data_offsets":[0,0]}, is 48 bytes: the
     // capacity never has to grow (growing would hold two copies at once). Pages never written
     // are never resident.
-    h.entries.reserve(header_bytes / 48 + 1);
+    h.entries.reserve(std::min<std::size_t>(header_bytes / 48 + 1, kMaxTensors));
   }
 
   bool null() override { return scalar("null"); }
@@ -172,6 +172,8 @@ bool HeaderSax::key(string_t& k) {
         field_ = k;
         return true;
       }
+      if (h.entries.size() >= kMaxTensors)
+        return stop("the header lists more than ", kMaxTensors, " tensors");
       entry_ = HeaderEntry{};
       entry_.name = std::move(k);
       entry_.dims_begin = static_cast<uint32_t>(h.dims.size());
