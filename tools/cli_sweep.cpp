@@ -23,6 +23,7 @@
 #include "cli_train.h"
 #include "errors.h"
 #include "figures.h"
+#include "gpu_selfcheck.h"
 #include "json_types.h"
 #include "run_dir.h"
 #include "strict_json.h"
@@ -99,14 +100,25 @@ void add_sweep_flags(CLI::App& cmd, SweepFlags& o) {
       "checkpoint saved.");
 }
 
-/// The flags the sweep passes on to every run, read by train's own parser before any run
-/// starts. Throws UsageError (exit 2) on a flag train refuses and on one the sweep sets itself.
-TrainOptions pass_through(const std::vector<std::string>& extras) {
-  TrainOptions t;
+/// What the sweep passes on to every run: train's options, and the process-wide flags of train
+/// (--cuda-sync, --recheck-gpu, --skip-gpu-check) that TrainOptions does not hold.
+struct PassedOn {
+  TrainOptions train;
+  std::vector<std::string> process_flags;
+};
+
+/// Reads the passed-on flags with train's own parser before any run starts. Throws UsageError
+/// (exit 2) on a flag train refuses and on one the sweep sets itself.
+PassedOn pass_through(const std::vector<std::string>& extras) {
+  PassedOn p;
   std::string mode;
+  bool cuda_sync = false;
+  GpuCheckFlags gpu;
   CLI::App parser;
   parser.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // as train
-  add_train_options(parser, t, mode);
+  add_train_options(parser, p.train, mode);
+  add_cuda_sync_flag(parser, cuda_sync);
+  add_gpu_check_flags(parser, gpu);
   std::vector<std::string> args(extras.rbegin(), extras.rend());  // CLI11 reads from the back
   try {
     parser.parse(args);
@@ -116,7 +128,11 @@ TrainOptions pass_through(const std::vector<std::string>& extras) {
   for (const char* own : {"--mode", "--d", "--heads", "--ffn", "--seed", "--threads"})
     if (parser.get_option(own)->count() > 0)
       throw UsageError(fmt::format("sweep: {} is set by the sweep for each run", own));
-  return t;
+  for (const auto& [on, flag] : {std::pair{cuda_sync, "--cuda-sync"},
+                                 std::pair{gpu.recheck, "--recheck-gpu"},
+                                 std::pair{gpu.skip, "--skip-gpu-check"}})
+    if (on) p.process_flags.emplace_back(flag);
+  return p;
 }
 
 /// `train …` for one run: the passed-on options `t` with the run's model, seed and directory,
@@ -212,7 +228,7 @@ int summary_only(const std::string& dir) {
 int run_sweep(const SweepFlags& o, const std::vector<std::string>& extras) {
   if (o.out.empty()) throw UsageError("sweep: --out DIR is required (or --summary DIR)");
   const std::vector<SweepRun> runs = expand_grid(o.grid);
-  const TrainOptions passed = pass_through(extras);
+  const PassedOn passed = pass_through(extras);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const int jobs = o.jobs > 0 ? o.jobs : static_cast<int>(cores);
   const int threads = std::max(1, static_cast<int>(cores) / jobs);
@@ -224,8 +240,12 @@ int run_sweep(const SweepFlags& o, const std::vector<std::string>& extras) {
   int skipped = 0;
   std::deque<Job> queue = plan_jobs(
       runs, out,
-      [&](const SweepRun& r) { return start_args(passed, o.grid.base, r, out / r.name, threads); },
+      [&](const SweepRun& r) {
+        return start_args(passed.train, o.grid.base, r, out / r.name, threads);
+      },
       skipped);
+  for (Job& job : queue)  // started or resumed, each run gets them
+    job.args.insert(job.args.end(), passed.process_flags.begin(), passed.process_flags.end());
   fmt::print(
       "sweep: {} runs ({} finished already, {} to run), {} at a time with {} thread{} "
       "each; logs in {}/logs\n",

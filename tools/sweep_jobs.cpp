@@ -53,8 +53,12 @@ class SigintHandler {
   struct sigaction old_ {};
 };
 
-/// Starts `exe job.args…` with stdout and stderr appended to job.log; returns the child's pid.
+/// Starts `exe job.args…` with stdout and stderr appended to job.log, after a line that gives the
+/// command; returns the child's pid.
 pid_t spawn(const std::string& exe, const Job& job) {
+  std::string line = "$ " + exe;  // built here: the child only writes it
+  for (const auto& a : job.args) line += " " + a;
+  line += "\n";
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error(std::string("sweep: fork failed: ") + std::strerror(errno));
@@ -67,6 +71,8 @@ pid_t spawn(const std::string& exe, const Job& job) {
     if (f) {
       dup2(fileno(f), STDOUT_FILENO);
       dup2(fileno(f), STDERR_FILENO);
+      if (write(STDOUT_FILENO, line.data(), line.size()) < 0) {
+      }  // a log that cannot take the line cannot take the run's output either: go on
     }
     std::vector<char*> argv;
     argv.push_back(const_cast<char*>(exe.c_str()));

@@ -495,6 +495,21 @@ TEST_CASE("sweep: a bad grid is refused before any run starts", "[cli][sweep]") 
   CHECK_FALSE(fs::exists(d / "s"));
 }
 
+TEST_CASE("sweep: --cuda-sync, --recheck-gpu and --skip-gpu-check reach every run's train",
+          "[cli][sweep]") {
+  const fs::path d = scratch("sweep-flags");
+  const Result r = toy("sweep --modes residual --widths 32 --seeds 1 --jobs 1 --layers 1"
+                       " --n-head 2 --n-kv-head 1 --seq-len 16 --batch 2 --steps 2 --eval-every 2"
+                       " --eval-batches 1 --device cpu --cuda-sync --recheck-gpu --skip-gpu-check"
+                       " --data " + std::string(MHAR_DATA) + " --out " + (d / "s").string());
+  CAPTURE(r.out);
+  REQUIRE(r.code == 0);
+  const std::string log = read_text(d / "s" / "logs" / "residual-d32-seed1.log");
+  const std::string first = log.substr(0, log.find('\n'));
+  CAPTURE(first);
+  CHECK_THAT(first, Contains(" train ") && Contains(" --cuda-sync --recheck-gpu --skip-gpu-check"));
+}
+
 TEST_CASE("sweep: killed midway and rerun, it resumes and gives the uninterrupted summary",
           "[cli][sweep]") {
   const fs::path d = scratch("sweep");
