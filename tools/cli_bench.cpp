@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 
+#include "backend.h"
 #include "bench_routing_cpu.h"
 #include "busy_load.h"
 #include "cli_common.h"
@@ -46,16 +47,18 @@ namespace mhar::toy {
 
 namespace {
 
-/// One model ready for timed training steps (forward, backward, clipping, AdamW).
+/// One model ready for timed training steps (forward, backward, clipping, AdamW), taken through
+/// train's own CPU Backend (backend.h) with train's default routing, so the bench times the step
+/// that training takes, data-parallel threads included. Not movable: the backend holds p, m, v.
 struct StepBench {
   Config cfg;
   int batch;
-  Params<float> p, m, v, g;
-  std::vector<int> x, y;
-  Cache<float> cache;
+  Params<float> p, m, v;
+  Batch b;
+  std::unique_ptr<Backend> backend;
   long step = 0;
 
-  StepBench(const Config& c, int b) : cfg(c), batch(b) {
+  StepBench(const Config& c, int rows) : cfg(c), batch(rows) {
     Rng rng(1);
     p = init_params<float>(cfg, rng);
     m = zero_params<float>(cfg);
@@ -63,22 +66,24 @@ struct StepBench {
     // Open the routing a little so the softmax is not uniform (the cost is the same either way).
     if (cfg.routed())
       p.route_q = rng.normal_matrix<float>(p.route_q.rows(), p.route_q.cols(), 0, 0.1);
-    x.resize(static_cast<std::size_t>(batch) * cfg.T);
-    y.resize(x.size());
-    for (std::size_t i = 0; i < x.size(); ++i) {
-      x[i] = static_cast<int>(rng.below(256));
-      y[i] = static_cast<int>(rng.below(256));
+    b.tokens.resize(static_cast<std::size_t>(batch) * cfg.T);
+    b.targets.resize(b.tokens.size());
+    for (std::size_t i = 0; i < b.tokens.size(); ++i) {
+      b.tokens[i] = static_cast<int>(rng.below(256));
+      b.targets[i] = static_cast<int>(rng.below(256));
     }
+    backend = make_backend("cpu", cfg, batch, p, m, v, CpuRouting::Fast);
   }
+  StepBench(const StepBench&) = delete;
+  StepBench& operator=(const StepBench&) = delete;
 
   /// Seconds of one training step.
   double run() {
     const auto t0 = std::chrono::steady_clock::now();
-    cache.routing = &fast_routing<float>();  // train's default (--routing fast)
-    model_forward<float>(cfg, p, x, y, batch, &cache);
-    model_backward(g, cfg, p, cache);
-    clip_grad_norm(g, 1.0);
-    adamw_step(p, m, v, g, ++step, 1e-3, AdamWHyper{});
+    backend->forward(b);
+    backend->backward();
+    backend->clip(1.0);
+    backend->adamw(++step, 1e-3, AdamWHyper{});
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 };
@@ -100,8 +105,8 @@ struct GpuStepBench {
     cache.routing = routing;
     const StepBench host(c, b);  // the same initial parameters and batch as the CPU bench
     p.upload(host.p);
-    x = host.x;
-    y = host.y;
+    x = host.b.tokens;
+    y = host.b.targets;
   }
 
   double run() {
@@ -311,12 +316,12 @@ std::vector<StepTiming> bench_steps(const Config& base, int batch, int repeats,
   for (const Config& c : configs) labels.push_back(mode_name(c.mode));
   std::vector<std::function<double()>> runs;
   if (device == "cpu") {
-    auto benches = std::make_shared<std::vector<StepBench>>();
-    for (const Config& c : configs) benches->emplace_back(c, batch);
+    auto benches = std::make_shared<std::vector<std::unique_ptr<StepBench>>>();
+    for (const Config& c : configs) benches->push_back(std::make_unique<StepBench>(c, batch));
     for (std::size_t k = 0; k < configs.size(); ++k)
       runs.push_back([benches, k, threads] {
         if (threads) threads->before_step();
-        return (*benches)[k].run();
+        return (*benches)[k]->run();
       });
   } else {
 #ifdef MHAR_WITH_CUDA

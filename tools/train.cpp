@@ -19,6 +19,7 @@
 #include <memory>
 #include <numbers>
 
+#include "backend.h"
 #include "checkpoint.h"
 #include "data.h"
 #include "device_select.h"
@@ -155,118 +156,6 @@ namespace {
 std::atomic<bool> g_interrupted{false};
 extern "C" void on_sigint(int) {
   g_interrupted = true;
-}
-
-/// What a training step needs from the device it runs on. Both backends run the same steps in
-/// the same order; only where the tensors live differs.
-class Backend {
- public:
-  virtual ~Backend() = default;
-  /// Forward on a batch, keeping what the backward needs; returns the mean loss.
-  virtual float forward(const Batch& b) = 0;
-  /// Gradients of the last forward.
-  virtual void backward() = 0;
-  /// Global-norm clipping of the gradients; returns the norm before clipping.
-  virtual double clip(double max_norm) = 0;
-  /// One AdamW step on every tensor.
-  virtual void adamw(long step, double lr, const AdamWHyper& hyper) = 0;
-  /// Loss of a batch (validation).
-  virtual float loss(const Batch& b) = 0;
-  /// Brings the host's parameters and moments up to date (before a checkpoint or a heatmap).
-  virtual void sync() = 0;
-  /// "CPU (2 threads)", "GPU NVIDIA H100 …".
-  virtual std::string describe() const = 0;
-};
-
-/// The CPU model, on the host tensors themselves, its routing sites run by `routing`.
-class CpuBackend : public Backend {
- public:
-  CpuBackend(const Config& cfg, int batch, Params<float>& p, Params<float>& m, Params<float>& v,
-             CpuRouting routing)
-      : cfg_(cfg), batch_(batch), p_(p), m_(m), v_(v), routing_(routing) {
-    cache_.routing = &cpu_routing<float>(routing);
-    eval_cache_.routing = cache_.routing;
-  }
-  float forward(const Batch& b) override {
-    return model_forward<float>(cfg_, p_, b.tokens, b.targets, batch_, &cache_);
-  }
-  void backward() override { model_backward(grads_, cfg_, p_, cache_); }
-  double clip(double max_norm) override { return clip_grad_norm(grads_, max_norm); }
-  void adamw(long step, double lr, const AdamWHyper& hyper) override {
-    adamw_step(p_, m_, v_, grads_, step, lr, hyper);
-  }
-  float loss(const Batch& b) override {
-    return model_forward<float>(cfg_, p_, b.tokens, b.targets, batch_, &eval_cache_);
-  }
-  void sync() override {}
-  std::string describe() const override {
-#ifdef _OPENMP
-    const int threads = omp_get_max_threads();
-#else
-    const int threads = 1;
-#endif
-    return fmt::format("CPU ({} thread{}, {} routing)", threads, threads == 1 ? "" : "s",
-                       cpu_routing_name(routing_));
-  }
-
- private:
-  const Config& cfg_;
-  int batch_;
-  Params<float>&p_, &m_, &v_;
-  CpuRouting routing_;
-  Params<float> grads_;
-  Cache<float> cache_,
-      eval_cache_;  // the step's, and validation's (the step's is kept for its backward)
-};
-
-#ifdef MHAR_WITH_CUDA
-/// The CUDA twin (cuda/model.h): parameters, moments, gradients and activations stay on the GPU;
-/// only the loss, the gradient norm and, for checkpoints and heatmaps, the tensors come back.
-class CudaBackend : public Backend {
- public:
-  CudaBackend(const Config& cfg, int batch, Params<float>& p, Params<float>& m, Params<float>& v)
-      : cfg_(cfg),
-        batch_(batch),
-        host_p_(p),
-        host_m_(m),
-        host_v_(v),
-        p_(cfg, p),
-        m_(cfg, m),
-        v_(cfg, v),
-        g_(cfg),
-        cache_(cfg, batch) {}
-  float forward(const Batch& b) override {
-    return mhar::cuda::model_forward(cfg_, p_, b.tokens, b.targets, batch_, cache_);
-  }
-  void backward() override { mhar::cuda::model_backward(g_, cfg_, p_, cache_); }
-  double clip(double max_norm) override { return mhar::cuda::clip_grad_norm(g_, max_norm); }
-  void adamw(long step, double lr, const AdamWHyper& hyper) override {
-    mhar::cuda::adamw_step(p_, m_, v_, g_, step, lr, hyper);
-  }
-  float loss(const Batch& b) override { return forward(b); }
-  void sync() override {
-    host_p_ = p_.download();
-    host_m_ = m_.download();
-    host_v_ = v_.download();
-  }
-  std::string describe() const override { return "GPU " + mhar::cuda::device_name(0); }
-
- private:
-  const Config& cfg_;
-  int batch_;
-  Params<float>&host_p_, &host_m_, &host_v_;
-  mhar::cuda::DeviceParams p_, m_, v_, g_;
-  mhar::cuda::DeviceCache cache_;
-};
-#endif
-
-std::unique_ptr<Backend> make_backend([[maybe_unused]] const std::string& device, const Config& cfg,
-                                      int batch, Params<float>& p, Params<float>& m,
-                                      Params<float>& v, CpuRouting routing) {
-#ifdef MHAR_WITH_CUDA
-  if (device == "cuda") return std::make_unique<CudaBackend>(cfg, batch, p, m, v);
-#endif
-  return std::make_unique<CpuBackend>(cfg, batch, p, m, v, routing);
 }
 
 /// Mean validation loss over the same eval_batches windows at every evaluation.
