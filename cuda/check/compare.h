@@ -13,7 +13,8 @@
  * rescaling): 8× is ~3 more bits of float rounding than the reference's own, while a real bug
  * (a wrong index, a missing term) is off by O(max |truth|). The 1e-6 · max |truth| (~8 float
  * ulps of the largest value) covers outputs the float reference happens to get exact (N = 1).
- * Reported errors are relative: divided by max |truth|.
+ * Reported errors are relative: divided by max |truth|. The formula is the project's one,
+ * mhar::earned_tolerance (reference/tolerance.h), with factor 8 and floor 1e-6 · max |truth|.
  *
  * Plain C++ (compiled by g++): links mhar_reference (Eigen) and mhar_cuda.
  */
