@@ -1,19 +1,20 @@
 /**
  * @file cli_bench.cpp
- * @brief `mhar-toy check` (CUDA kernels against the reference) and `mhar-toy bench`
- *        (`step`: CPU training-step time per mode; `routing`: the CUDA kernels' bandwidth, or with
- *        `--device cpu` the CPU routing versions', against a copy loop).
+ * @brief `mhar-toy bench` (`step`: training-step time per mode, CPU or GPU; `routing`: the CUDA
+ *        kernels' bandwidth, or with `--device cpu` the CPU routing versions', against a copy
+ *        loop), and the benchmarks of `mhar-toy check --report` (cli_bench.h; check itself is
+ *        cli_check.cpp).
  *
  * Benchmarks report ratios measured in one run; they are never asserted in tests.
  */
+#include "cli_bench.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
 #include <functional>
-#include <map>
 #include <memory>
 
 #include "bench_routing_cpu.h"
@@ -21,20 +22,14 @@
 #include "cli_common.h"
 #include "device_select.h"
 #include "errors.h"
-#include "gpu_cache.h"
 #include "gpu_report.h"
 #include "gpu_selfcheck.h"
-#include "io/file_util.h"
 #include "optim.h"
 #include "routing_versions.h"
 #include "thread_governor.h"
 
 #ifdef MHAR_WITH_CUDA
 #include "cuda/bench/bench_routing.h"
-#include "cuda/check/check_attention.h"
-#include "cuda/check/check_layers.h"
-#include "cuda/check/check_model.h"
-#include "cuda/check/check_routing.h"
 #include "cuda/device.h"
 #include "cuda/model.h"
 #endif
@@ -128,104 +123,6 @@ double median(std::vector<double> v) {
   return quantile(std::move(v), 0.5);
 }
 
-/// `check`'s flags.
-struct CheckOptions {
-  unsigned seed = 1;
-  bool cuda_sync = false;
-  std::string report;           ///< --report FILE ("" = none)
-  std::string benches = "all";  ///< the report's benchmarks: all, tiny, none
-  int repeats = 5;
-};
-
-#ifdef MHAR_WITH_CUDA
-int write_check_report(GpuReport r, const CheckOptions& o,
-                       std::chrono::steady_clock::time_point t0);
-#endif
-
-}  // namespace
-
-Subcommand register_check(CLI::App& app) {
-  auto o = std::make_shared<CheckOptions>();
-  auto* cmd = app.add_subcommand(
-      "check",
-      "Compare every CUDA kernel and the whole GPU training step with the CPU reference on this "
-      "machine's GPU");
-  cmd->add_option("--seed", o->seed, "seed of the random inputs");
-  cmd->add_option("--report", o->report,
-                  "also write FILE: a Markdown report of this GPU (card, driver, build, every "
-                  "row, bench routing, bench step) to share (docs/gpu-results.md)")
-      ->type_name("FILE");
-  cmd->add_option("--benches", o->benches,
-                  "the report's benchmarks: all (tiny and paper 100M shapes), tiny, none")
-      ->check(CLI::IsMember({"all", "tiny", "none"}));
-  cmd->add_option("--repeats", o->repeats, "the report's benchmarks: timed repetitions")
-      ->check(positive());
-  add_cuda_sync_flag(*cmd, o->cuda_sync);
-  return {cmd, [o]() -> int {
-            apply_cuda_sync(o->cuda_sync);
-            const std::string why = cuda_unavailable();
-            if (!why.empty()) {
-              fmt::print(stderr, "mhar-toy check: nothing to check: {}\n", why);
-              return kUnavailable;
-            }
-            const auto report_dir = std::filesystem::path(o->report).parent_path();
-            if (!report_dir.empty() && !std::filesystem::is_directory(report_dir))
-              throw UsageError("--report " + o->report + ": no folder " + report_dir.string());
-#ifdef MHAR_WITH_CUDA
-            const auto t0 = std::chrono::steady_clock::now();
-            const unsigned seed = o->seed;
-            GpuReport report;  // every row, for --report
-            report.device = mhar::cuda::device_info(0);
-            fmt::print("device: {}\n", mhar::cuda::device_name(0));
-            fmt::print("{:<34} {:<7} {:<40} {:>10} {:>10}  {}\n", "op", "version", "shape",
-                       "worst rel", "tolerance", "verdict");
-            int failed = 0, rows = 0;
-            auto print = [&](const mhar::cuda::CheckRow& r) {
-              fmt::print("{:<34} {:<7} {:<40} {:>10.2e} {:>10.2e}  {}\n", r.op, r.version, r.shape,
-                         r.worst_rel_err, r.tolerance, r.pass ? "pass" : "FAIL");
-            };
-            auto count = [&](const mhar::cuda::CheckRow& r) {
-              ++rows;
-              failed += r.pass ? 0 : 1;
-              report.rows.push_back(r);
-            };
-            for (const auto& r : mhar::cuda::check_routing(seed)) count(r), print(r);
-            for (const auto& r : mhar::cuda::check_layers(seed)) count(r), print(r);
-            for (const auto& r : mhar::cuda::check_attention(seed)) count(r), print(r);
-            // The model: every gradient tensor is compared; the table shows, per case and step,
-            // the loss and the gradient closest to its tolerance (a failing one always shows).
-            for (const auto& c : mhar::cuda::model_check_cases()) {
-              std::map<std::string, mhar::cuda::CheckRow> worst;
-              std::vector<std::string> order;
-              for (const auto& r : mhar::cuda::check_model_step(c, 3, seed)) {
-                count(r);
-                if (r.op.find(" loss") != std::string::npos || !r.pass) {
-                  print(r);
-                  continue;
-                }
-                const std::string step = r.op.substr(0, r.op.find(" grad "));
-                if (!worst.count(step)) order.push_back(step);
-                if (!worst.count(step) || tolerance_ratio(r) > tolerance_ratio(worst[step]))
-                  worst[step] = r;
-              }
-              for (const auto& step : order) {
-                mhar::cuda::CheckRow r = worst[step];
-                r.op = step + " grads, worst " + r.op.substr(r.op.find(" grad ") + 6);
-                print(r);
-              }
-            }
-            fmt::print("{} comparisons: {}\n", rows,
-                       failed == 0 ? "all pass" : fmt::format("{} FAILED", failed));
-            if (o->report.empty()) return failed == 0 ? kOk : kFailure;
-            return write_check_report(std::move(report), *o, t0);
-#else
-            return kUnavailable;
-#endif
-          }};
-}
-
-namespace {
-
 /// The H column of a step table: the routing heads, "-" for residual.
 std::string heads_column(const Config& c) {
   return c.mode == Mode::Residual ? std::string("-") : std::to_string(c.route_heads());
@@ -250,8 +147,8 @@ std::vector<double> print_step_table(const std::vector<Config>& configs,
     const Config& c = configs[k];
     const double s = median(times[k]);
     medians.push_back(s);
-    fmt::print("{:<10} {:>4} {:>12.2f} {:>12.0f} {:>13.3f}×\n", labels[k], heads_column(c),
-               s * 1e3, batch * c.T / s, s / residual);
+    fmt::print("{:<10} {:>4} {:>12.2f} {:>12.0f} {:>13.3f}×\n", labels[k], heads_column(c), s * 1e3,
+               batch * c.T / s, s / residual);
   }
   // Each round's own ratio (the mode's step over residual's, timed one after the other): a slow
   // stretch of the machine hits both, so the spread of these says how far the table's ratio of
@@ -426,10 +323,9 @@ struct BenchOptions {
 /// "CPU (2 threads)", or for --threads 0 "CPU (threads follow the load: 1 to 2)", and the
 /// spinning processes of --busy.
 std::string cpu_label(const BenchOptions& o, const ThreadGovernor& threads) {
-  const std::string busy =
-      o.busy > 0 ? fmt::format(", {} other process{} spinning (--busy)", o.busy,
-                               o.busy == 1 ? "" : "es")
-                 : "";
+  const std::string busy = o.busy > 0 ? fmt::format(", {} other process{} spinning (--busy)",
+                                                    o.busy, o.busy == 1 ? "" : "es")
+                                      : "";
   if (o.threads > 0) return fmt::format("CPU ({} threads{})", o.threads, busy);
   return fmt::format("CPU (threads follow the load: 1 to {}{})", threads.cpus(), busy);
 }
@@ -528,58 +424,6 @@ void report_bench(GpuReport& r, const std::string& what, const std::function<voi
     fmt::print(stderr, "mhar-toy check --report: {}: not measured: {}\n", what, e.what());
   }
 }
-
-/// `check --report`'s benchmarks: `bench routing` at the tiny and (unless tiny_only) the paper's
-/// 100M shape, the GPU step at the same shapes, and the tiny step on the CPU for GPU ÷ CPU.
-void report_benches(GpuReport& r, int repeats, bool tiny_only) {
-  std::vector<RoutingBenchShape> shapes = routing_bench_shapes(BenchOptions{});
-  if (tiny_only) shapes.resize(1);
-  for (const RoutingBenchShape& sh : shapes)
-    report_bench(r, "bench routing, " + describe(sh), [&] {
-      r.routing.push_back({describe(sh), print_gpu_routing_table(sh, repeats)});
-    });
-  const Config tiny = tiny_step_shape();
-  const std::string tiny_title =
-      fmt::format("tiny shape: d={} L={} T={} batch 16", tiny.d, tiny.L, tiny.T);
-  report_bench(r, "bench step, " + tiny_title, [&] {
-    fmt::print("GPU training step, {}\n", tiny_title);
-    std::vector<StepTiming> rows = bench_steps(tiny, 16, repeats, "cuda");
-    fmt::print("CPU training step, {}\n", tiny_title);
-    for (const StepTiming& c : bench_steps(tiny, 16, repeats, "cpu"))
-      for (StepTiming& g : rows)
-        if (g.mode == c.mode) g.cpu_ms = c.cpu_ms;
-    r.steps.push_back({tiny_title, rows});
-  });
-  if (tiny_only) return;
-  const Config big = paper_100m();
-  const std::string big_title = fmt::format("paper 100M shape: d={} L={} T={} batch {}", big.d,
-                                            big.L, big.T, kPaperBatch);
-  report_bench(r, "bench step, " + big_title, [&] {
-    fmt::print("GPU training step, {}\n", big_title);
-    r.steps.push_back({big_title, bench_steps(big, kPaperBatch, repeats, "cuda")});
-  });
-}
-
-/// Writes `check --report`'s file: the check's rows (in r), then the benchmarks. Returns an exit
-/// code.
-int write_check_report(GpuReport r, const CheckOptions& o,
-                       std::chrono::steady_clock::time_point t0) {
-  r.commit = build_commit();
-  r.flags = build_flags();
-  r.date = utc_now();
-  r.command = fmt::format("mhar-toy check --seed {} --report {} --benches {}", o.seed, o.report,
-                          o.benches);
-  if (o.benches != "none") {
-    r.command += fmt::format(" --repeats {}", o.repeats);
-    report_benches(r, o.repeats, o.benches == "tiny");
-  }
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  io::write_text_file_atomic(o.report, report_markdown(r));
-  fmt::print("report written to {} ({:.1f} s in all); docs/gpu-results.md says where to send it\n",
-             o.report, r.seconds);
-  return std::all_of(r.rows.begin(), r.rows.end(), [](auto& x) { return x.pass; }) ? kOk
-                                                                                    : kFailure;
-}
 #endif
 
 /// `bench routing`: the CPU versions when `on_cpu`, else the GPU kernels (exit 4 without one).
@@ -605,6 +449,38 @@ int run_bench_routing(const BenchOptions& o, bool on_cpu) {
 }
 
 }  // namespace
+
+#ifdef MHAR_WITH_CUDA
+/// See cli_bench.h.
+void report_benches(GpuReport& r, int repeats, bool tiny_only) {
+  std::vector<RoutingBenchShape> shapes = routing_bench_shapes(BenchOptions{});
+  if (tiny_only) shapes.resize(1);
+  for (const RoutingBenchShape& sh : shapes)
+    report_bench(r, "bench routing, " + describe(sh), [&] {
+      r.routing.push_back({describe(sh), print_gpu_routing_table(sh, repeats)});
+    });
+  const Config tiny = tiny_step_shape();
+  const std::string tiny_title =
+      fmt::format("tiny shape: d={} L={} T={} batch 16", tiny.d, tiny.L, tiny.T);
+  report_bench(r, "bench step, " + tiny_title, [&] {
+    fmt::print("GPU training step, {}\n", tiny_title);
+    std::vector<StepTiming> rows = bench_steps(tiny, 16, repeats, "cuda");
+    fmt::print("CPU training step, {}\n", tiny_title);
+    for (const StepTiming& c : bench_steps(tiny, 16, repeats, "cpu"))
+      for (StepTiming& g : rows)
+        if (g.mode == c.mode) g.cpu_ms = c.cpu_ms;
+    r.steps.push_back({tiny_title, rows});
+  });
+  if (tiny_only) return;
+  const Config big = paper_100m();
+  const std::string big_title =
+      fmt::format("paper 100M shape: d={} L={} T={} batch {}", big.d, big.L, big.T, kPaperBatch);
+  report_bench(r, "bench step, " + big_title, [&] {
+    fmt::print("GPU training step, {}\n", big_title);
+    r.steps.push_back({big_title, bench_steps(big, kPaperBatch, repeats, "cuda")});
+  });
+}
+#endif
 
 Subcommand register_bench(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
@@ -645,9 +521,8 @@ Subcommand register_bench(CLI::App& app) {
             apply_gpu_check_flags(o->gpu_check);
             if (o->what == "step")  // the GPU's step only after the self-check (or on the CPU)
               return run_bench_step(
-                  *o, pick_checked_device(o->device,
-                                          GpuWork{.models = step_modes(o->cfg), .warp = true},
-                                          false));
+                  *o, pick_checked_device(
+                          o->device, GpuWork{.models = step_modes(o->cfg), .warp = true}, false));
             const std::string device = pick_device(o->device);  // exit 4: cuda without a GPU
             // routing: the GPU kernels unless --device says cpu (or auto finds no GPU)
             return run_bench_routing(*o, device_opt->count() > 0 && device == "cpu");
