@@ -16,6 +16,7 @@
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "bench_routing_cpu.h"
 #include "busy_load.h"
@@ -242,8 +243,8 @@ std::vector<StepTiming> bench_steps(const Config& base, int batch, int repeats,
   return out;
 }
 
-#ifdef MHAR_WITH_CUDA
-/// The paper's 100M shape (L = 12, d = 512, H = 4) at P = 32 × 512 = 16384 positions.
+/// The paper's 100M model (L = 12, d = 512, H = 4, T = 512): the one place its shape is written.
+/// The GPU tables run it at kPaperBatch sequences; the CPU routing table at the default T.
 Config paper_100m() {
   Config c;
   c.d = 512;
@@ -255,8 +256,33 @@ Config paper_100m() {
   c.H = 4;
   return c;
 }
-constexpr int kPaperBatch = 32;
-#endif
+
+/// The tiny (default) model with H = 4 routing heads: the other shape of every table.
+Config tiny_step_shape() {
+  Config tiny;
+  tiny.H = 4;
+  return tiny;
+}
+
+/// One routing site's shape for a routing table.
+struct RoutingBenchShape {
+  std::string name;
+  int N, P, d, H;
+};
+
+/// The final routing site of model c (the widest read: N = 2L + 1 sources) at `batch` sequences.
+RoutingBenchShape final_site(const std::string& name, const Config& c, int batch) {
+  return {name, 2 * c.L + 1, batch * c.T, c.d, c.H};
+}
+
+/// The site --sources, --positions, --width and --route-heads give, or none when no flag is;
+/// throws UsageError when only some are.
+std::optional<RoutingBenchShape> given_shape(int N, int P, int d, int H) {
+  if (N <= 0 && P <= 0 && d <= 0 && H <= 0) return std::nullopt;
+  if (N < 1 || P < 1 || d < 1 || H < 1)
+    throw UsageError("give all of --sources, --positions, --width, --route-heads");
+  return RoutingBenchShape{"given", N, P, d, H};
+}
 
 /// One CPU routing table: its title line, the column names, a row per measurement.
 void print_cpu_routing_rows(const std::string& title, const std::vector<CpuRoutingRow>& rows) {
@@ -272,20 +298,14 @@ void print_cpu_routing_rows(const std::string& title, const std::vector<CpuRouti
 /// site of the two CPU step shapes of docs/benchmarks.md (N = 2L + 1 sources): the default
 /// model at batch 16, and the paper's 100M model (d 512, L 12) at batch 4 (P = 4 · 128).
 void bench_routing_cpu_table(int N, int P, int d, int H, int repeats, int threads) {
-  struct Shape {
-    std::string name;
-    int N, P, d, H;
-  };
-  std::vector<Shape> shapes;
-  if (N > 0 || P > 0 || d > 0 || H > 0) {
-    if (N < 1 || P < 1 || d < 1 || H < 1)
-      throw UsageError("give all of --sources, --positions, --width, --route-heads");
+  std::vector<RoutingBenchShape> shapes;
+  if (const auto given = given_shape(N, P, d, H)) {
     if (d % H != 0) throw UsageError("--route-heads must divide --width");
-    shapes.push_back({"given", N, P, d, H});
+    shapes = {*given};
   } else {
-    const Config tiny;
-    shapes.push_back({"default", 2 * tiny.L + 1, 16 * tiny.T, tiny.d, 4});
-    shapes.push_back({"paper 100M", 2 * 12 + 1, 4 * tiny.T, 512, 4});
+    Config big = paper_100m();
+    big.T = Config().T;  // the CPU step shape of docs/benchmarks.md: P = 4 · 128
+    shapes = {final_site("default", tiny_step_shape(), 16), final_site("paper 100M", big, 4)};
   }
 #ifdef _OPENMP
   const int all = threads > 0 ? threads : omp_get_num_procs();
@@ -294,7 +314,7 @@ void bench_routing_cpu_table(int N, int P, int d, int H, int repeats, int thread
 #endif
   std::vector<int> counts = {1};
   if (all > 1) counts.push_back(all);
-  for (const Shape& sh : shapes) {
+  for (const RoutingBenchShape& sh : shapes) {
     print_cpu_routing_rows(
         fmt::format("CPU routing, {} shape: N={} P={} d={} H={}, float, fastest of {} interleaved "
                     "rounds (bytes: docs/kernels.md)",
@@ -352,23 +372,15 @@ int run_bench_step(const BenchOptions& o, const std::string& device) {
 }
 
 #ifdef MHAR_WITH_CUDA
-/// One routing site's shape for the GPU table.
-struct RoutingBenchShape {
-  std::string name;
-  int N, P, d, H;
-};
+/// Sequences per step of the paper's 100M model in the GPU tables: P = 32 × 512 = 16384.
+constexpr int kPaperBatch = 32;
 
-/// The shape the flags give, or the final routing site (the widest read, N = 2L + 1) of the
-/// tiny model and of the paper's 100M model.
+/// The site the flags give, or the final routing site of the tiny model (batch 16) and of the
+/// paper's 100M model (kPaperBatch).
 std::vector<RoutingBenchShape> routing_bench_shapes(const BenchOptions& o) {
-  if (o.N > 0 || o.P > 0 || o.d > 0 || o.H > 0) {
-    if (o.N < 1 || o.P < 1 || o.d < 1 || o.H < 1)
-      throw UsageError("give all of --sources, --positions, --width, --route-heads");
-    return {{"given", o.N, o.P, o.d, o.H}};
-  }
-  const Config big = paper_100m();
-  return {{"tiny", 2 * Config().L + 1, 16 * Config().T, Config().d, 4},
-          {"paper 100M", 2 * big.L + 1, kPaperBatch * big.T, big.d, big.H}};
+  if (const auto given = given_shape(o.N, o.P, o.d, o.H)) return {*given};
+  return {final_site("tiny", tiny_step_shape(), 16),
+          final_site("paper 100M", paper_100m(), kPaperBatch)};
 }
 
 /// "tiny shape: N=9 P=2048 d=128 H=4"
@@ -394,13 +406,6 @@ std::vector<mhar::cuda::BenchRow> print_gpu_routing_table(const RoutingBenchShap
     fmt::print("({}: the fused kernels under __launch_bounds__(512, 1); docs/kernels.md)\n",
                mhar::cuda::kFusedOneBlockName);
   return rows;
-}
-
-/// The tiny shape of the GPU step tables (the paper's 100M shape is paper_100m()).
-Config tiny_step_shape() {
-  Config tiny;
-  tiny.H = 4;
-  return tiny;
 }
 
 /// The GPU training step at the tiny and the paper's 100M shapes (MHAR ÷ residual ratios).
