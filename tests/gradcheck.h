@@ -1,6 +1,7 @@
 /**
  * @file gradcheck.h
- * @brief Central finite differences in double, and the error measure every gradient check uses.
+ * @brief Central finite differences in double, the error measure every gradient check uses, and
+ *        the float tolerance of the CPU versions' tests (F2, B2, F3, B3, the fast model step).
  *
  * Each check prints one line "gradcheck <name>: worst relative error <e> (element <k>)" so the
  * test log (and scripts/test.sh's summary) shows how close every analytic gradient is.
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "tensor.h"
+#include "tolerance.h"
 
 namespace mhar::test {
 
@@ -40,6 +42,14 @@ struct WorstError {
     value = std::max(value, scaled_error(a, truth, floor));
   }
 };
+
+/// The error a float CPU version may have against the double truth, given `err_ref`, the error of
+/// the reference (F1, B1) in float on the same inputs, both measured as WorstError does:
+/// 8 · max(err_ref, 1e-7) (reference/tolerance.h). The 8 allows another summation order; 1e-7
+/// (≈ one float ulp of 1) stands in for a reference error that happens to be ~0.
+inline double version_tolerance(double err_ref) {
+  return earned_tolerance(err_ref, 8.0, 0.0, 1e-7);
+}
 
 /// Step of the central difference: truncation error ~ h² ~ 1e-10, rounding ~ 1e-16/h ~ 1e-11.
 inline constexpr double kFdStep = 1e-5;

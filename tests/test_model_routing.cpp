@@ -140,7 +140,7 @@ TEST_CASE("a training step under the fast CPU routing matches the reference's, e
   const double err_fast =
       step_error(cfg, train_step(cfg, pf, x, y, prior, fast_routing<float>()), truth);
   CAPTURE(err_ref, err_fast);
-  CHECK(err_fast <= 8 * std::max(err_ref, 1e-7));
+  CHECK(err_fast <= mhar::test::version_tolerance(err_ref));
 }
 
 TEST_CASE("the decoder under the fast CPU routing gives the reference's logits, every mode",

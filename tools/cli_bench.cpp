@@ -1,20 +1,22 @@
 /**
  * @file cli_bench.cpp
- * @brief `mhar-toy check` (CUDA kernels against the reference) and `mhar-toy bench`
- *        (`step`: CPU training-step time per mode; `routing`: the CUDA kernels' bandwidth, or with
- *        `--device cpu` the CPU routing versions', against a copy loop).
+ * @brief `mhar-toy bench` (`step`: training-step time per mode, CPU or GPU; `routing`: the CUDA
+ *        kernels' bandwidth, or with `--device cpu` the CPU routing versions', against a copy
+ *        loop), and the benchmarks of `mhar-toy check --report` (cli_bench.h; check itself is
+ *        cli_check.cpp).
  *
  * Benchmarks report ratios measured in one run; they are never asserted in tests.
  */
+#include "cli_bench.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
 #include <functional>
-#include <map>
 #include <memory>
+#include <optional>
 
 #include "backend.h"
 #include "bench_routing_cpu.h"
@@ -22,20 +24,14 @@
 #include "cli_common.h"
 #include "device_select.h"
 #include "errors.h"
-#include "gpu_cache.h"
 #include "gpu_report.h"
 #include "gpu_selfcheck.h"
-#include "io/file_util.h"
 #include "optim.h"
 #include "routing_versions.h"
 #include "thread_governor.h"
 
 #ifdef MHAR_WITH_CUDA
 #include "cuda/bench/bench_routing.h"
-#include "cuda/check/check_attention.h"
-#include "cuda/check/check_layers.h"
-#include "cuda/check/check_model.h"
-#include "cuda/check/check_routing.h"
 #include "cuda/device.h"
 #include "cuda/model.h"
 #endif
@@ -133,104 +129,6 @@ double median(std::vector<double> v) {
   return quantile(std::move(v), 0.5);
 }
 
-/// `check`'s flags.
-struct CheckOptions {
-  unsigned seed = 1;
-  bool cuda_sync = false;
-  std::string report;           ///< --report FILE ("" = none)
-  std::string benches = "all";  ///< the report's benchmarks: all, tiny, none
-  int repeats = 5;
-};
-
-#ifdef MHAR_WITH_CUDA
-int write_check_report(GpuReport r, const CheckOptions& o,
-                       std::chrono::steady_clock::time_point t0);
-#endif
-
-}  // namespace
-
-Subcommand register_check(CLI::App& app) {
-  auto o = std::make_shared<CheckOptions>();
-  auto* cmd = app.add_subcommand(
-      "check",
-      "Compare every CUDA kernel and the whole GPU training step with the CPU reference on this "
-      "machine's GPU");
-  cmd->add_option("--seed", o->seed, "seed of the random inputs");
-  cmd->add_option("--report", o->report,
-                  "also write FILE: a Markdown report of this GPU (card, driver, build, every "
-                  "row, bench routing, bench step) to share (docs/gpu-results.md)")
-      ->type_name("FILE");
-  cmd->add_option("--benches", o->benches,
-                  "the report's benchmarks: all (tiny and paper 100M shapes), tiny, none")
-      ->check(CLI::IsMember({"all", "tiny", "none"}));
-  cmd->add_option("--repeats", o->repeats, "the report's benchmarks: timed repetitions")
-      ->check(positive());
-  add_cuda_sync_flag(*cmd, o->cuda_sync);
-  return {cmd, [o]() -> int {
-            apply_cuda_sync(o->cuda_sync);
-            const std::string why = cuda_unavailable();
-            if (!why.empty()) {
-              fmt::print(stderr, "mhar-toy check: nothing to check: {}\n", why);
-              return kUnavailable;
-            }
-            const auto report_dir = std::filesystem::path(o->report).parent_path();
-            if (!report_dir.empty() && !std::filesystem::is_directory(report_dir))
-              throw UsageError("--report " + o->report + ": no folder " + report_dir.string());
-#ifdef MHAR_WITH_CUDA
-            const auto t0 = std::chrono::steady_clock::now();
-            const unsigned seed = o->seed;
-            GpuReport report;  // every row, for --report
-            report.device = mhar::cuda::device_info(0);
-            fmt::print("device: {}\n", mhar::cuda::device_name(0));
-            fmt::print("{:<34} {:<7} {:<40} {:>10} {:>10}  {}\n", "op", "version", "shape",
-                       "worst rel", "tolerance", "verdict");
-            int failed = 0, rows = 0;
-            auto print = [&](const mhar::cuda::CheckRow& r) {
-              fmt::print("{:<34} {:<7} {:<40} {:>10.2e} {:>10.2e}  {}\n", r.op, r.version, r.shape,
-                         r.worst_rel_err, r.tolerance, r.pass ? "pass" : "FAIL");
-            };
-            auto count = [&](const mhar::cuda::CheckRow& r) {
-              ++rows;
-              failed += r.pass ? 0 : 1;
-              report.rows.push_back(r);
-            };
-            for (const auto& r : mhar::cuda::check_routing(seed)) count(r), print(r);
-            for (const auto& r : mhar::cuda::check_layers(seed)) count(r), print(r);
-            for (const auto& r : mhar::cuda::check_attention(seed)) count(r), print(r);
-            // The model: every gradient tensor is compared; the table shows, per case and step,
-            // the loss and the gradient closest to its tolerance (a failing one always shows).
-            for (const auto& c : mhar::cuda::model_check_cases()) {
-              std::map<std::string, mhar::cuda::CheckRow> worst;
-              std::vector<std::string> order;
-              for (const auto& r : mhar::cuda::check_model_step(c, 3, seed)) {
-                count(r);
-                if (r.op.find(" loss") != std::string::npos || !r.pass) {
-                  print(r);
-                  continue;
-                }
-                const std::string step = r.op.substr(0, r.op.find(" grad "));
-                if (!worst.count(step)) order.push_back(step);
-                if (!worst.count(step) || tolerance_ratio(r) > tolerance_ratio(worst[step]))
-                  worst[step] = r;
-              }
-              for (const auto& step : order) {
-                mhar::cuda::CheckRow r = worst[step];
-                r.op = step + " grads, worst " + r.op.substr(r.op.find(" grad ") + 6);
-                print(r);
-              }
-            }
-            fmt::print("{} comparisons: {}\n", rows,
-                       failed == 0 ? "all pass" : fmt::format("{} FAILED", failed));
-            if (o->report.empty()) return failed == 0 ? kOk : kFailure;
-            return write_check_report(std::move(report), *o, t0);
-#else
-            return kUnavailable;
-#endif
-          }};
-}
-
-namespace {
-
 /// The H column of a step table: the routing heads, "-" for residual.
 std::string heads_column(const Config& c) {
   return c.mode == Mode::Residual ? std::string("-") : std::to_string(c.route_heads());
@@ -255,8 +153,8 @@ std::vector<double> print_step_table(const std::vector<Config>& configs,
     const Config& c = configs[k];
     const double s = median(times[k]);
     medians.push_back(s);
-    fmt::print("{:<10} {:>4} {:>12.2f} {:>12.0f} {:>13.3f}×\n", labels[k], heads_column(c),
-               s * 1e3, batch * c.T / s, s / residual);
+    fmt::print("{:<10} {:>4} {:>12.2f} {:>12.0f} {:>13.3f}×\n", labels[k], heads_column(c), s * 1e3,
+               batch * c.T / s, s / residual);
   }
   // Each round's own ratio (the mode's step over residual's, timed one after the other): a slow
   // stretch of the machine hits both, so the spread of these says how far the table's ratio of
@@ -350,8 +248,8 @@ std::vector<StepTiming> bench_steps(const Config& base, int batch, int repeats,
   return out;
 }
 
-#ifdef MHAR_WITH_CUDA
-/// The paper's 100M shape (L = 12, d = 512, H = 4) at P = 32 × 512 = 16384 positions.
+/// The paper's 100M model (L = 12, d = 512, H = 4, T = 512): the one place its shape is written.
+/// The GPU tables run it at kPaperBatch sequences; the CPU routing table at the default T.
 Config paper_100m() {
   Config c;
   c.d = 512;
@@ -363,8 +261,33 @@ Config paper_100m() {
   c.H = 4;
   return c;
 }
-constexpr int kPaperBatch = 32;
-#endif
+
+/// The tiny (default) model with H = 4 routing heads: the other shape of every table.
+Config tiny_step_shape() {
+  Config tiny;
+  tiny.H = 4;
+  return tiny;
+}
+
+/// One routing site's shape for a routing table.
+struct RoutingBenchShape {
+  std::string name;
+  int N, P, d, H;
+};
+
+/// The final routing site of model c (the widest read: N = 2L + 1 sources) at `batch` sequences.
+RoutingBenchShape final_site(const std::string& name, const Config& c, int batch) {
+  return {name, 2 * c.L + 1, batch * c.T, c.d, c.H};
+}
+
+/// The site --sources, --positions, --width and --route-heads give, or none when no flag is;
+/// throws UsageError when only some are.
+std::optional<RoutingBenchShape> given_shape(int N, int P, int d, int H) {
+  if (N <= 0 && P <= 0 && d <= 0 && H <= 0) return std::nullopt;
+  if (N < 1 || P < 1 || d < 1 || H < 1)
+    throw UsageError("give all of --sources, --positions, --width, --route-heads");
+  return RoutingBenchShape{"given", N, P, d, H};
+}
 
 /// One CPU routing table: its title line, the column names, a row per measurement.
 void print_cpu_routing_rows(const std::string& title, const std::vector<CpuRoutingRow>& rows) {
@@ -380,20 +303,14 @@ void print_cpu_routing_rows(const std::string& title, const std::vector<CpuRouti
 /// site of the two CPU step shapes of docs/benchmarks.md (N = 2L + 1 sources): the default
 /// model at batch 16, and the paper's 100M model (d 512, L 12) at batch 4 (P = 4 · 128).
 void bench_routing_cpu_table(int N, int P, int d, int H, int repeats, int threads) {
-  struct Shape {
-    std::string name;
-    int N, P, d, H;
-  };
-  std::vector<Shape> shapes;
-  if (N > 0 || P > 0 || d > 0 || H > 0) {
-    if (N < 1 || P < 1 || d < 1 || H < 1)
-      throw UsageError("give all of --sources, --positions, --width, --route-heads");
+  std::vector<RoutingBenchShape> shapes;
+  if (const auto given = given_shape(N, P, d, H)) {
     if (d % H != 0) throw UsageError("--route-heads must divide --width");
-    shapes.push_back({"given", N, P, d, H});
+    shapes = {*given};
   } else {
-    const Config tiny;
-    shapes.push_back({"default", 2 * tiny.L + 1, 16 * tiny.T, tiny.d, 4});
-    shapes.push_back({"paper 100M", 2 * 12 + 1, 4 * tiny.T, 512, 4});
+    Config big = paper_100m();
+    big.T = Config().T;  // the CPU step shape of docs/benchmarks.md: P = 4 · 128
+    shapes = {final_site("default", tiny_step_shape(), 16), final_site("paper 100M", big, 4)};
   }
 #ifdef _OPENMP
   const int all = threads > 0 ? threads : omp_get_num_procs();
@@ -402,7 +319,7 @@ void bench_routing_cpu_table(int N, int P, int d, int H, int repeats, int thread
 #endif
   std::vector<int> counts = {1};
   if (all > 1) counts.push_back(all);
-  for (const Shape& sh : shapes) {
+  for (const RoutingBenchShape& sh : shapes) {
     print_cpu_routing_rows(
         fmt::format("CPU routing, {} shape: N={} P={} d={} H={}, float, fastest of {} interleaved "
                     "rounds (bytes: docs/kernels.md)",
@@ -431,10 +348,9 @@ struct BenchOptions {
 /// "CPU (2 threads)", or for --threads 0 "CPU (threads follow the load: 1 to 2)", and the
 /// spinning processes of --busy.
 std::string cpu_label(const BenchOptions& o, const ThreadGovernor& threads) {
-  const std::string busy =
-      o.busy > 0 ? fmt::format(", {} other process{} spinning (--busy)", o.busy,
-                               o.busy == 1 ? "" : "es")
-                 : "";
+  const std::string busy = o.busy > 0 ? fmt::format(", {} other process{} spinning (--busy)",
+                                                    o.busy, o.busy == 1 ? "" : "es")
+                                      : "";
   if (o.threads > 0) return fmt::format("CPU ({} threads{})", o.threads, busy);
   return fmt::format("CPU (threads follow the load: 1 to {}{})", threads.cpus(), busy);
 }
@@ -461,23 +377,15 @@ int run_bench_step(const BenchOptions& o, const std::string& device) {
 }
 
 #ifdef MHAR_WITH_CUDA
-/// One routing site's shape for the GPU table.
-struct RoutingBenchShape {
-  std::string name;
-  int N, P, d, H;
-};
+/// Sequences per step of the paper's 100M model in the GPU tables: P = 32 × 512 = 16384.
+constexpr int kPaperBatch = 32;
 
-/// The shape the flags give, or the final routing site (the widest read, N = 2L + 1) of the
-/// tiny model and of the paper's 100M model.
+/// The site the flags give, or the final routing site of the tiny model (batch 16) and of the
+/// paper's 100M model (kPaperBatch).
 std::vector<RoutingBenchShape> routing_bench_shapes(const BenchOptions& o) {
-  if (o.N > 0 || o.P > 0 || o.d > 0 || o.H > 0) {
-    if (o.N < 1 || o.P < 1 || o.d < 1 || o.H < 1)
-      throw UsageError("give all of --sources, --positions, --width, --route-heads");
-    return {{"given", o.N, o.P, o.d, o.H}};
-  }
-  const Config big = paper_100m();
-  return {{"tiny", 2 * Config().L + 1, 16 * Config().T, Config().d, 4},
-          {"paper 100M", 2 * big.L + 1, kPaperBatch * big.T, big.d, big.H}};
+  if (const auto given = given_shape(o.N, o.P, o.d, o.H)) return {*given};
+  return {final_site("tiny", tiny_step_shape(), 16),
+          final_site("paper 100M", paper_100m(), kPaperBatch)};
 }
 
 /// "tiny shape: N=9 P=2048 d=128 H=4"
@@ -505,13 +413,6 @@ std::vector<mhar::cuda::BenchRow> print_gpu_routing_table(const RoutingBenchShap
   return rows;
 }
 
-/// The tiny shape of the GPU step tables (the paper's 100M shape is paper_100m()).
-Config tiny_step_shape() {
-  Config tiny;
-  tiny.H = 4;
-  return tiny;
-}
-
 /// The GPU training step at the tiny and the paper's 100M shapes (MHAR ÷ residual ratios).
 void print_gpu_step_ratios(int repeats) {
   const Config tiny = tiny_step_shape();
@@ -532,58 +433,6 @@ void report_bench(GpuReport& r, const std::string& what, const std::function<voi
     r.notes.push_back(what + ": not measured: " + e.what());
     fmt::print(stderr, "mhar-toy check --report: {}: not measured: {}\n", what, e.what());
   }
-}
-
-/// `check --report`'s benchmarks: `bench routing` at the tiny and (unless tiny_only) the paper's
-/// 100M shape, the GPU step at the same shapes, and the tiny step on the CPU for GPU ÷ CPU.
-void report_benches(GpuReport& r, int repeats, bool tiny_only) {
-  std::vector<RoutingBenchShape> shapes = routing_bench_shapes(BenchOptions{});
-  if (tiny_only) shapes.resize(1);
-  for (const RoutingBenchShape& sh : shapes)
-    report_bench(r, "bench routing, " + describe(sh), [&] {
-      r.routing.push_back({describe(sh), print_gpu_routing_table(sh, repeats)});
-    });
-  const Config tiny = tiny_step_shape();
-  const std::string tiny_title =
-      fmt::format("tiny shape: d={} L={} T={} batch 16", tiny.d, tiny.L, tiny.T);
-  report_bench(r, "bench step, " + tiny_title, [&] {
-    fmt::print("GPU training step, {}\n", tiny_title);
-    std::vector<StepTiming> rows = bench_steps(tiny, 16, repeats, "cuda");
-    fmt::print("CPU training step, {}\n", tiny_title);
-    for (const StepTiming& c : bench_steps(tiny, 16, repeats, "cpu"))
-      for (StepTiming& g : rows)
-        if (g.mode == c.mode) g.cpu_ms = c.cpu_ms;
-    r.steps.push_back({tiny_title, rows});
-  });
-  if (tiny_only) return;
-  const Config big = paper_100m();
-  const std::string big_title = fmt::format("paper 100M shape: d={} L={} T={} batch {}", big.d,
-                                            big.L, big.T, kPaperBatch);
-  report_bench(r, "bench step, " + big_title, [&] {
-    fmt::print("GPU training step, {}\n", big_title);
-    r.steps.push_back({big_title, bench_steps(big, kPaperBatch, repeats, "cuda")});
-  });
-}
-
-/// Writes `check --report`'s file: the check's rows (in r), then the benchmarks. Returns an exit
-/// code.
-int write_check_report(GpuReport r, const CheckOptions& o,
-                       std::chrono::steady_clock::time_point t0) {
-  r.commit = build_commit();
-  r.flags = build_flags();
-  r.date = utc_now();
-  r.command = fmt::format("mhar-toy check --seed {} --report {} --benches {}", o.seed, o.report,
-                          o.benches);
-  if (o.benches != "none") {
-    r.command += fmt::format(" --repeats {}", o.repeats);
-    report_benches(r, o.repeats, o.benches == "tiny");
-  }
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  io::write_text_file_atomic(o.report, report_markdown(r));
-  fmt::print("report written to {} ({:.1f} s in all); docs/gpu-results.md says where to send it\n",
-             o.report, r.seconds);
-  return std::all_of(r.rows.begin(), r.rows.end(), [](auto& x) { return x.pass; }) ? kOk
-                                                                                    : kFailure;
 }
 #endif
 
@@ -610,6 +459,38 @@ int run_bench_routing(const BenchOptions& o, bool on_cpu) {
 }
 
 }  // namespace
+
+#ifdef MHAR_WITH_CUDA
+/// See cli_bench.h.
+void report_benches(GpuReport& r, int repeats, bool tiny_only) {
+  std::vector<RoutingBenchShape> shapes = routing_bench_shapes(BenchOptions{});
+  if (tiny_only) shapes.resize(1);
+  for (const RoutingBenchShape& sh : shapes)
+    report_bench(r, "bench routing, " + describe(sh), [&] {
+      r.routing.push_back({describe(sh), print_gpu_routing_table(sh, repeats)});
+    });
+  const Config tiny = tiny_step_shape();
+  const std::string tiny_title =
+      fmt::format("tiny shape: d={} L={} T={} batch 16", tiny.d, tiny.L, tiny.T);
+  report_bench(r, "bench step, " + tiny_title, [&] {
+    fmt::print("GPU training step, {}\n", tiny_title);
+    std::vector<StepTiming> rows = bench_steps(tiny, 16, repeats, "cuda");
+    fmt::print("CPU training step, {}\n", tiny_title);
+    for (const StepTiming& c : bench_steps(tiny, 16, repeats, "cpu"))
+      for (StepTiming& g : rows)
+        if (g.mode == c.mode) g.cpu_ms = c.cpu_ms;
+    r.steps.push_back({tiny_title, rows});
+  });
+  if (tiny_only) return;
+  const Config big = paper_100m();
+  const std::string big_title =
+      fmt::format("paper 100M shape: d={} L={} T={} batch {}", big.d, big.L, big.T, kPaperBatch);
+  report_bench(r, "bench step, " + big_title, [&] {
+    fmt::print("GPU training step, {}\n", big_title);
+    r.steps.push_back({big_title, bench_steps(big, kPaperBatch, repeats, "cuda")});
+  });
+}
+#endif
 
 Subcommand register_bench(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
@@ -650,9 +531,8 @@ Subcommand register_bench(CLI::App& app) {
             apply_gpu_check_flags(o->gpu_check);
             if (o->what == "step")  // the GPU's step only after the self-check (or on the CPU)
               return run_bench_step(
-                  *o, pick_checked_device(o->device,
-                                          GpuWork{.models = step_modes(o->cfg), .warp = true},
-                                          false));
+                  *o, pick_checked_device(
+                          o->device, GpuWork{.models = step_modes(o->cfg), .warp = true}, false));
             const std::string device = pick_device(o->device);  // exit 4: cuda without a GPU
             // routing: the GPU kernels unless --device says cpu (or auto finds no GPU)
             return run_bench_routing(*o, device_opt->count() > 0 && device == "cpu");

@@ -61,9 +61,9 @@ std::string verdict_line(const GpuReport& r) {
     return s + fmt::format(
                    "**check: {} comparisons, all pass.** Closest to its tolerance: {} ({}, {}) "
                    "at {:.2f} of it.\n\n",
-                   r.rows.size(), w.op, w.version, w.shape, tolerance_ratio(w));
+                   r.rows.size(), w.op(), w.version, w.shape, tolerance_ratio(w));
   auto named = [](const CheckRow& x) {
-    return fmt::format("{} ({}, {}): relative error {:.2e}, tolerance {:.2e}", x.op, x.version,
+    return fmt::format("{} ({}, {}): relative error {:.2e}, tolerance {:.2e}", x.op(), x.version,
                        x.shape, x.worst_rel_err, x.tolerance);
   };
   return s + fmt::format("**check: {} of {} comparisons FAIL.** First: {}. Worst: {}.\n\n", failed,
@@ -78,7 +78,7 @@ std::string check_rows(const std::vector<CheckRow>& rows) {
       "|---|---|---|---:|---:|---|\n",
       rows.size());
   for (const CheckRow& x : rows)
-    s += fmt::format("| {} | {} | {} | {:.2e} | {:.2e} | {} |\n", x.op, x.version, x.shape,
+    s += fmt::format("| {} | {} | {} | {:.2e} | {:.2e} | {} |\n", x.op(), x.version, x.shape,
                      x.worst_rel_err, x.tolerance, x.pass ? "pass" : "**FAIL**");
   return s + "\n</details>\n\n";
 }

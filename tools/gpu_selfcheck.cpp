@@ -177,7 +177,7 @@ std::string failure_text(const GpuReport& r) {
   return fmt::format(
       "{}: {} ({}, {}) disagrees with the CPU reference: relative error {:.2e}, tolerance "
       "{:.2e} ({:.3g}× over); {} of {} comparisons fail",
-      where, w.op, w.version, w.shape, w.worst_rel_err, w.tolerance, tolerance_ratio(w), failed,
+      where, w.op(), w.version, w.shape, w.worst_rel_err, w.tolerance, tolerance_ratio(w), failed,
       r.rows.size());
 }
 
@@ -218,7 +218,7 @@ void remember(const GpuReport& r, const GpuKey& key, const fs::path& file, bool 
     fmt::print(stderr,
                "GPU self-check: {} comparisons pass in {:.1f} s (closest to its tolerance: {} at "
                "{:.2f} of it); {}\n",
-               r.rows.size(), r.seconds, w.op, tolerance_ratio(w), kept);
+               r.rows.size(), r.seconds, w.op(), tolerance_ratio(w), kept);
 }
 
 /// The self-check for a GPU that `pick_device` chose: "cuda" when it passes (or passed before).

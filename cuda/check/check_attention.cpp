@@ -38,10 +38,11 @@ Inputs draw_inputs(const AttentionShape& s, Rng& rng) {
   return in;
 }
 
-CheckRow compare(const std::string& op, AttentionVersion v, const AttentionShape& s,
-                 const std::vector<double>& truth, const std::vector<float>& ref_float,
-                 const std::vector<float>& gpu) {
-  return compare_with_truth(op, attention_version_name(v), describe(s), truth, ref_float, gpu);
+CheckRow compare(const std::string& step, const std::string& tensor, AttentionVersion v,
+                 const AttentionShape& s, const std::vector<double>& truth,
+                 const std::vector<float>& ref_float, const std::vector<float>& gpu) {
+  return compare_with_truth(step, tensor, attention_version_name(v), describe(s), truth, ref_float,
+                            gpu);
 }
 
 unsigned mix_seed(unsigned seed, const AttentionShape& s, unsigned salt) {
@@ -95,10 +96,10 @@ std::vector<CheckRow> check_attention_forward(const AttentionShape& s, unsigned 
                probs = poisoned(static_cast<std::size_t>(s.B) * s.n_head * s.T * s.T);
   attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), s.B, s.T, s.n_head,
                     s.n_kv_head, s.hd, version);
-  return {
-      compare("attention forward out", version, s, flatten(out_d), flatten(out_f), out.download()),
-      compare("attention forward probs", version, s, flatten(probs_d), flatten(probs_f),
-              probs.download())};
+  return {compare("attention forward", "out", version, s, flatten(out_d), flatten(out_f),
+                  out.download()),
+          compare("attention forward", "probs", version, s, flatten(probs_d), flatten(probs_f),
+                  probs.download())};
 }
 
 std::vector<CheckRow> check_attention_backward(const AttentionShape& s, unsigned seed,
@@ -132,10 +133,10 @@ std::vector<CheckRow> check_attention_backward(const AttentionShape& s, unsigned
                dv = poisoned(P * s.n_kv_head * s.hd);
   attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), probs.data(), q.data(), k.data(),
                      v.data(), s.B, s.T, s.n_head, s.n_kv_head, s.hd, version);
-  return {
-      compare("attention backward dq", version, s, flatten(dq_d), flatten(dq_f), dq.download()),
-      compare("attention backward dk", version, s, flatten(dk_d), flatten(dk_f), dk.download()),
-      compare("attention backward dv", version, s, flatten(dv_d), flatten(dv_f), dv.download())};
+  const std::string step = "attention backward";
+  return {compare(step, "dq", version, s, flatten(dq_d), flatten(dq_f), dq.download()),
+          compare(step, "dk", version, s, flatten(dk_d), flatten(dk_f), dk.download()),
+          compare(step, "dv", version, s, flatten(dv_d), flatten(dv_f), dv.download())};
 }
 
 std::vector<CheckRow> check_attention(unsigned seed) {

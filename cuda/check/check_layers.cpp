@@ -58,9 +58,10 @@ std::vector<int> draw_tokens(Rng& rng, int P, int vocab) {
   return t;
 }
 
-CheckRow compare(const std::string& op, const LayerShape& s, const std::vector<double>& truth,
-                 const std::vector<float>& ref_float, const std::vector<float>& gpu) {
-  return compare_with_truth(op, "v1", describe(s), truth, ref_float, gpu);
+CheckRow compare(const std::string& step, const std::string& tensor, const LayerShape& s,
+                 const std::vector<double>& truth, const std::vector<float>& ref_float,
+                 const std::vector<float>& gpu) {
+  return compare_with_truth(step, tensor, "v1", describe(s), truth, ref_float, gpu);
 }
 
 unsigned mix_seed(unsigned seed, const LayerShape& s, unsigned salt) {
@@ -114,8 +115,8 @@ std::vector<CheckRow> check_rmsnorm(const LayerShape& s, unsigned seed) {
   DeviceBuffer y = poisoned(numel(s.P, s.d)), rinv = poisoned(numel(s.P, 1));
   rmsnorm_forward(y.data(), rinv.data(), d_x.data(), d_gain.data(), s.P, s.d);
   std::vector<CheckRow> rows{
-      compare("rmsnorm_forward y", s, flatten(y_d), flatten(y_f), y.download()),
-      compare("rmsnorm_forward rinv", s, flatten(rinv_d), flatten(rinv_f), rinv.download())};
+      compare("rmsnorm_forward", "y", s, flatten(y_d), flatten(y_f), y.download()),
+      compare("rmsnorm_forward", "rinv", s, flatten(rinv_d), flatten(rinv_f), rinv.download())};
 
   // Backward, from the double forward's rinv rounded to float.
   const Vec<float> saved_f = rinv_d.cast<float>();
@@ -127,9 +128,9 @@ std::vector<CheckRow> check_rmsnorm(const LayerShape& s, unsigned seed) {
   DeviceBuffer d_saved(flatten(saved_f)), dx = poisoned(numel(s.P, s.d));
   rmsnorm_backward(dx.data(), d_dgain.data(), d_dy.data(), d_saved.data(), d_x.data(),
                    d_gain.data(), s.P, s.d);
-  rows.push_back(compare("rmsnorm_backward dx", s, flatten(dx_d), flatten(dx_f), dx.download()));
-  rows.push_back(
-      compare("rmsnorm_backward dgain", s, flatten(dgain_d), flatten(dgain_f), d_dgain.download()));
+  rows.push_back(compare("rmsnorm_backward", "dx", s, flatten(dx_d), flatten(dx_f), dx.download()));
+  rows.push_back(compare("rmsnorm_backward", "dgain", s, flatten(dgain_d), flatten(dgain_f),
+                         d_dgain.download()));
   return rows;
 }
 
@@ -150,8 +151,8 @@ std::vector<CheckRow> check_rope(const LayerShape& s, unsigned seed) {
   DeviceBuffer y = poisoned(numel(s.P, width)), dx = poisoned(numel(s.P, width));
   rope_forward(y.data(), d_x.data(), s.P, s.T, s.n_heads, s.hd);
   rope_backward(dx.data(), d_dy.data(), s.P, s.T, s.n_heads, s.hd);
-  return {compare("rope_forward y", s, flatten(y_d), flatten(y_f), y.download()),
-          compare("rope_backward dx", s, flatten(dx_d), flatten(dx_f), dx.download())};
+  return {compare("rope_forward", "y", s, flatten(y_d), flatten(y_f), y.download()),
+          compare("rope_backward", "dx", s, flatten(dx_d), flatten(dx_f), dx.download())};
 }
 
 namespace {
@@ -210,10 +211,10 @@ std::vector<CheckRow> check_swiglu(const LayerShape& s, unsigned seed) {
                dup = poisoned(numel(s.P, s.f));
   swiglu_forward(h.data(), d_gate.data(), d_up.data(), s.P, s.f);
   swiglu_backward(dgate.data(), dup.data(), d_dh.data(), d_gate.data(), d_up.data(), s.P, s.f);
-  return {compare("swiglu_forward h", s, flatten(h_d), flatten(h_f), h.download()),
-          compare("swiglu_backward dgate", s, flatten(dx_d.leftCols(s.f)),
+  return {compare("swiglu_forward", "h", s, flatten(h_d), flatten(h_f), h.download()),
+          compare("swiglu_backward", "dgate", s, flatten(dx_d.leftCols(s.f)),
                   flatten(dx_f.leftCols(s.f)), dgate.download()),
-          compare("swiglu_backward dup", s, flatten(dx_d.rightCols(s.f)),
+          compare("swiglu_backward", "dup", s, flatten(dx_d.rightCols(s.f)),
                   flatten(dx_f.rightCols(s.f)), dup.download())};
 }
 
@@ -233,9 +234,9 @@ std::vector<CheckRow> check_linear(const LayerShape& s, unsigned seed) {
   DeviceBuffer y = poisoned(numel(s.P, s.f)), dx = poisoned(numel(s.P, s.d));
   linear_forward(y.data(), d_x.data(), d_W.data(), s.P, s.d, s.f);
   linear_backward(dx.data(), d_dW.data(), d_dy.data(), d_x.data(), d_W.data(), s.P, s.d, s.f);
-  return {compare("linear_forward y", s, flatten(y_d), flatten(y_f), y.download()),
-          compare("linear_backward dx", s, flatten(dx_d), flatten(dx_f), dx.download()),
-          compare("linear_backward dW", s, flatten(dW_d), flatten(dW_f), d_dW.download())};
+  return {compare("linear_forward", "y", s, flatten(y_d), flatten(y_f), y.download()),
+          compare("linear_backward", "dx", s, flatten(dx_d), flatten(dx_f), dx.download()),
+          compare("linear_backward", "dW", s, flatten(dW_d), flatten(dW_f), d_dW.download())};
 }
 
 std::vector<CheckRow> check_mlp(const LayerShape& s, unsigned seed) {
@@ -258,9 +259,9 @@ std::vector<CheckRow> check_mlp(const LayerShape& s, unsigned seed) {
   mlp_forward(y.data(), gate.data(), up.data(), d_x.data(), d_wg.data(), d_wu.data(), d_wd.data(),
               s.P, s.d, s.f);
   std::vector<CheckRow> rows{
-      compare("mlp_forward y", s, flatten(y_d), flatten(y_f), y.download()),
-      compare("mlp_forward gate", s, flatten(sv_d.gate), flatten(sv_f.gate), gate.download()),
-      compare("mlp_forward up", s, flatten(sv_d.up), flatten(sv_f.up), up.download())};
+      compare("mlp_forward", "y", s, flatten(y_d), flatten(y_f), y.download()),
+      compare("mlp_forward", "gate", s, flatten(sv_d.gate), flatten(sv_f.gate), gate.download()),
+      compare("mlp_forward", "up", s, flatten(sv_d.up), flatten(sv_f.up), up.download())};
 
   // Backward, from the double forward's gate and up rounded to float.
   MlpSaved<float> saved_f{sv_d.gate.cast<float>(), sv_d.up.cast<float>()};
@@ -270,13 +271,13 @@ std::vector<CheckRow> check_mlp(const LayerShape& s, unsigned seed) {
   DeviceBuffer d_gate(flatten(saved_f.gate)), d_up(flatten(saved_f.up));
   mlp_backward(dx.data(), d_dwg.data(), d_dwu.data(), d_dwd.data(), d_dy.data(), d_gate.data(),
                d_up.data(), d_x.data(), d_wg.data(), d_wu.data(), d_wd.data(), s.P, s.d, s.f);
-  rows.push_back(compare("mlp_backward dx", s, flatten(dx_d), flatten(dx_f), dx.download()));
+  rows.push_back(compare("mlp_backward", "dx", s, flatten(dx_d), flatten(dx_f), dx.download()));
   rows.push_back(
-      compare("mlp_backward dw_gate", s, flatten(dwg_d), flatten(dwg_f), d_dwg.download()));
+      compare("mlp_backward", "dw_gate", s, flatten(dwg_d), flatten(dwg_f), d_dwg.download()));
   rows.push_back(
-      compare("mlp_backward dw_up", s, flatten(dwu_d), flatten(dwu_f), d_dwu.download()));
+      compare("mlp_backward", "dw_up", s, flatten(dwu_d), flatten(dwu_f), d_dwu.download()));
   rows.push_back(
-      compare("mlp_backward dw_down", s, flatten(dwd_d), flatten(dwd_f), d_dwd.download()));
+      compare("mlp_backward", "dw_down", s, flatten(dwd_d), flatten(dwd_f), d_dwd.download()));
   return rows;
 }
 
@@ -299,8 +300,8 @@ std::vector<CheckRow> check_embedding(const LayerShape& s, unsigned seed) {
   DeviceBuffer x = poisoned(numel(s.P, s.d));
   embedding_forward(x.data(), device_ints(d_tokens), d_E.data(), s.P, s.d, s.vocab);
   embedding_backward(d_dE.data(), d_dx.data(), device_ints(d_tokens), s.P, s.d, s.vocab);
-  return {compare("embedding_forward x", s, flatten(x_d), flatten(x_f), x.download()),
-          compare("embedding_backward dE", s, flatten(dE.d), flatten(dE.f), d_dE.download())};
+  return {compare("embedding_forward", "x", s, flatten(x_d), flatten(x_f), x.download()),
+          compare("embedding_backward", "dE", s, flatten(dE.d), flatten(dE.f), d_dE.download())};
 }
 
 std::vector<CheckRow> check_cross_entropy(const LayerShape& s, unsigned seed) {
@@ -319,8 +320,8 @@ std::vector<CheckRow> check_cross_entropy(const LayerShape& s, unsigned seed) {
   cross_entropy_forward(loss.data(), probs.data(), d_logits.data(), device_ints(d_targets), s.P,
                         s.vocab);
   std::vector<CheckRow> rows{
-      compare("cross_entropy_forward loss", s, {loss_d}, {loss_f}, loss.download()),
-      compare("cross_entropy_forward probs", s, flatten(probs_d), flatten(probs_f),
+      compare("cross_entropy_forward", "loss", s, {loss_d}, {loss_f}, loss.download()),
+      compare("cross_entropy_forward", "probs", s, flatten(probs_d), flatten(probs_f),
               probs.download())};
 
   // Backward, from the double forward's probs rounded to float.
@@ -331,7 +332,7 @@ std::vector<CheckRow> check_cross_entropy(const LayerShape& s, unsigned seed) {
   mhar::cross_entropy_backward<float>(dlogits_f, saved.f, targets);
   DeviceBuffer d_saved(flatten(saved.f)), dlogits = poisoned(numel(s.P, s.vocab));
   cross_entropy_backward(dlogits.data(), d_saved.data(), device_ints(d_targets), s.P, s.vocab);
-  rows.push_back(compare("cross_entropy_backward dlogits", s, flatten(dlogits_d),
+  rows.push_back(compare("cross_entropy_backward", "dlogits", s, flatten(dlogits_d),
                          flatten(dlogits_f), dlogits.download()));
   return rows;
 }
@@ -358,9 +359,11 @@ std::vector<CheckRow> check_adamw(const LayerShape& s, unsigned seed) {
     adamw_step(d_p.data(), d_m.data(), d_v.data(), d_grad.data(), numel(s.P, s.d), step, lr,
                hyper.beta1, hyper.beta2, hyper.eps, hyper.weight_decay, decay);
     rows.push_back(
-        compare("adamw_step param" + tag, s, flatten(p.d), flatten(p.f), d_p.download()));
-    rows.push_back(compare("adamw_step m" + tag, s, flatten(mm.d), flatten(mm.f), d_m.download()));
-    rows.push_back(compare("adamw_step v" + tag, s, flatten(vv.d), flatten(vv.f), d_v.download()));
+        compare("adamw_step", "param" + tag, s, flatten(p.d), flatten(p.f), d_p.download()));
+    rows.push_back(
+        compare("adamw_step", "m" + tag, s, flatten(mm.d), flatten(mm.f), d_m.download()));
+    rows.push_back(
+        compare("adamw_step", "v" + tag, s, flatten(vv.d), flatten(vv.f), d_v.download()));
   }
   return rows;
 }
@@ -384,7 +387,7 @@ std::vector<CheckRow> check_clip(const LayerShape& s, unsigned seed) {
     grad_sq_norm(out->data(), d_g2.data(), static_cast<std::size_t>(g2.f.size()));
   }
   std::vector<CheckRow> rows{
-      compare("grad_sq_norm (two tensors, +=)", s, {double(start) + norm_d * norm_d},
+      compare("grad_sq_norm (two tensors, +=)", "", s, {double(start) + norm_d * norm_d},
               {static_cast<float>(double(start) + norm_f * norm_f)}, acc.download())};
 
   // (2) clip to 0.3 of the norm (not a power of two, so the scaling rounds): the reference scales
@@ -397,8 +400,8 @@ std::vector<CheckRow> check_clip(const LayerShape& s, unsigned seed) {
   const auto factor = static_cast<float>(max_norm / norm_gpu);
   scale(d_g1.data(), factor, static_cast<std::size_t>(g1.f.size()));
   scale(d_g2.data(), factor, static_cast<std::size_t>(g2.f.size()));
-  rows.push_back(compare("scale (clip to 0.3 of the norm)", s, joined(flatten(g1.d), flatten(g2.d)),
-                         joined(flatten(g1.f), flatten(g2.f)),
+  rows.push_back(compare("scale (clip to 0.3 of the norm)", "", s,
+                         joined(flatten(g1.d), flatten(g2.d)), joined(flatten(g1.f), flatten(g2.f)),
                          joined(d_g1.download(), d_g2.download())));
   return rows;
 }

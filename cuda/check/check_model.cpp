@@ -125,8 +125,8 @@ std::vector<CheckRow> check_model_step(const ModelCheckCase& c, int steps, unsig
     const float loss_g = model_forward(cfg, gpu_p, x, y, c.B, cache);
     model_backward(gpu_g, cfg, gpu_p, cache);
     const Params<float> gg = gpu_g.download();
-    const std::string step = "step " + std::to_string(t) + " ";
-    rows.push_back(compare_with_truth(step + "loss", "v1", c.name, {loss_d}, {loss_f}, {loss_g}));
+    const std::string step = "step " + std::to_string(t);
+    rows.push_back(compare_with_truth(step, "loss", "v1", c.name, {loss_d}, {loss_f}, {loss_g}));
     // every gradient tensor, in Params::for_each order
     std::vector<std::vector<double>> td;
     std::vector<std::vector<float>> tf, tg;
@@ -139,7 +139,7 @@ std::vector<CheckRow> check_model_step(const ModelCheckCase& c, int steps, unsig
     gg.for_each([&](const std::string&, const Mat<float>& g, bool) { tg.push_back(flat(g)); });
     for (std::size_t k = 0; k < names.size(); ++k)
       rows.push_back(
-          compare_with_truth(step + "grad " + names[k], "v1", c.name, td[k], tf[k], tg[k]));
+          compare_with_truth(step + " grad", names[k], "v1", c.name, td[k], tf[k], tg[k]));
     // advance the trajectory: a clipped AdamW step of the double run
     std::vector<Mat<double>*> gl, pl, ml, vl;
     std::vector<bool> decay;

@@ -42,8 +42,8 @@ struct ModelCheckCase {
 /// grouped-query attention, K = d/H not a power of two, H = d, several blocks.
 std::vector<ModelCheckCase> model_check_cases();
 
-/// `steps` steps of one case: rows "step <t> loss" and "step <t> grad <tensor name>". Needs a
-/// CUDA device.
+/// `steps` steps of one case: per step t the loss (step "step <t>", tensor "loss"), then every
+/// gradient (step "step <t> grad", tensor the parameter's name). Needs a CUDA device.
 std::vector<CheckRow> check_model_step(const ModelCheckCase& c, int steps, unsigned seed);
 
 /// Every case of model_check_cases(), three steps each. Throws std::runtime_error when there

@@ -53,10 +53,10 @@ Inputs make_inputs(const RoutingShape& s, Rng& rng) {
   return in;
 }
 
-CheckRow compare(const std::string& op, RoutingVersion v, const RoutingShape& s,
-                 const std::vector<double>& truth, const std::vector<float>& ref_float,
-                 const std::vector<float>& gpu) {
-  return compare_with_truth(op, version_name(v), describe(s), truth, ref_float, gpu);
+CheckRow compare(const std::string& step, const std::string& tensor, RoutingVersion v,
+                 const RoutingShape& s, const std::vector<double>& truth,
+                 const std::vector<float>& ref_float, const std::vector<float>& gpu) {
+  return compare_with_truth(step, tensor, version_name(v), describe(s), truth, ref_float, gpu);
 }
 
 unsigned mix_seed(unsigned seed, const RoutingShape& s) {
@@ -112,8 +112,8 @@ std::vector<CheckRow> check_routing_forward(const RoutingShape& s, RoutingVersio
   routing_forward(out.data(), alpha.data(), sources.data(), q.data(), g.data(), s.N, s.P, s.d, s.H,
                   v);
 
-  return {compare("forward out", v, s, flatten(out_d), flatten(out_f), out.download()),
-          compare("forward alpha", v, s, flatten(saved_d.alpha), flatten(saved_f.alpha),
+  return {compare("forward", "out", v, s, flatten(out_d), flatten(out_f), out.download()),
+          compare("forward", "alpha", v, s, flatten(saved_d.alpha), flatten(saved_f.alpha),
                   alpha.download())};
 }
 
@@ -161,9 +161,9 @@ std::vector<CheckRow> check_routing_backward(const RoutingShape& s, RoutingVersi
   routing_backward(dsources.data(), dq.data(), dg.data(), d_dout.data(), d_out.data(), alpha.data(),
                    sources.data(), q.data(), g.data(), s.N, s.P, s.d, s.H, v);
 
-  return {compare("backward dsources", v, s, flatten(dS_d), flatten(dS_f), dsources.download()),
-          compare("backward dq", v, s, flatten(dq_d), flatten(dq_f), dq.download()),
-          compare("backward dg", v, s, flatten(dg_d), flatten(dg_f), dg.download())};
+  return {compare("backward", "dsources", v, s, flatten(dS_d), flatten(dS_f), dsources.download()),
+          compare("backward", "dq", v, s, flatten(dq_d), flatten(dq_f), dq.download()),
+          compare("backward", "dg", v, s, flatten(dg_d), flatten(dg_f), dg.download())};
 }
 
 std::vector<CheckRow> check_routing(unsigned seed) {

@@ -13,7 +13,8 @@
  * rescaling): 8× is ~3 more bits of float rounding than the reference's own, while a real bug
  * (a wrong index, a missing term) is off by O(max |truth|). The 1e-6 · max |truth| (~8 float
  * ulps of the largest value) covers outputs the float reference happens to get exact (N = 1).
- * Reported errors are relative: divided by max |truth|.
+ * Reported errors are relative: divided by max |truth|. The formula is the project's one,
+ * mhar::earned_tolerance (reference/tolerance.h), with factor 8 and floor 1e-6 · max |truth|.
  *
  * Plain C++ (compiled by g++): links mhar_reference (Eigen) and mhar_cuda.
  */
@@ -28,15 +29,23 @@
 
 namespace mhar::cuda {
 
-/// One compared output.
+/// One compared output: the step that produced it and the tensor it produced, kept apart so that
+/// tables can group rows by step without reading names.
 struct CheckRow {
-  std::string
-      op;  ///< "forward out", "forward alpha", "backward dsources", "backward dq", "backward dg"
+  /// What ran: "forward", "backward" (routing), "rmsnorm_forward", "attention backward",
+  /// "adamw_step"; in the model check "step t" (the loss) and "step t grad" (the gradients).
+  std::string step;
+  /// What was compared: "out", "dq", "y", "loss", "param (decay, step 1)"; for the model's
+  /// gradients the parameter ("layers.0.wq"); empty when the step has one output (grad_sq_norm).
+  std::string tensor;
   std::string version;       ///< version_name(): "naive", "fused"
   double worst_rel_err = 0;  ///< max |gpu − truth| / max |truth|
   double tolerance = 0;      ///< (8 · ref_f_err + 1e-6 · max |truth|) / max |truth|
   bool pass = false;         ///< worst_rel_err <= tolerance, and no NaN
   std::string shape;         ///< describe(shape)
+
+  /// The name tables print: "forward out", "step 2 grad layers.0.wv", "grad_sq_norm (…)".
+  std::string op() const { return tensor.empty() ? step : step + " " + tensor; }
 };
 
 /// "fused backward dq N=9 P=1000 d=256 H=4: worst relative error 1.2e-07 (tolerance 3.4e-07) ok"
@@ -47,9 +56,10 @@ double max_abs_diff(const std::vector<double>& truth, const std::vector<float>& 
 
 /// One comparison row: the GPU result passes when max |gpu − truth| ≤ 8 · max |ref_float − truth|
 /// + 1e-6 · max |truth| (the tolerance above); errors are reported relative to max |truth|.
-CheckRow compare_with_truth(const std::string& op, const std::string& version,
-                            const std::string& shape, const std::vector<double>& truth,
-                            const std::vector<float>& ref_float, const std::vector<float>& gpu);
+CheckRow compare_with_truth(const std::string& step, const std::string& tensor,
+                            const std::string& version, const std::string& shape,
+                            const std::vector<double>& truth, const std::vector<float>& ref_float,
+                            const std::vector<float>& gpu);
 
 }  // namespace mhar::cuda
 

@@ -113,8 +113,8 @@ TEST_CASE("column_sum_add matches a double sum, over several chunks of rows", "[
   }
   DeviceBuffer dx(x), dout(out0);
   column_sum_add(dout.data(), dx.data(), P, d);
-  check_rows({compare_with_truth("column_sum_add", "v1", "P=" + std::to_string(P) + " d=37", truth,
-                                 ref_float, dout.download())});
+  check_rows({compare_with_truth("column_sum_add", "", "v1", "P=" + std::to_string(P) + " d=37",
+                                 truth, ref_float, dout.download())});
 }
 
 TEST_CASE("check_layers passes on every shape for several seeds", "[gpu][layers]") {

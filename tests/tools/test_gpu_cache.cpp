@@ -88,14 +88,14 @@ TEST_CASE("the report names the card, the build and every row, failures first in
   r.command = "mhar-toy check --report x.md";
   r.date = "2026-12-03T15:40:12Z";
   r.seconds = 12.34;
-  r.rows = {{"routing forward out", "fused", 1e-8, 1e-7, true, "N=3 P=5 d=8 H=2"},
-            {"rmsnorm_forward y", "v1", 9.8e-4, 2.4e-7, false, "P=16 T=8 d=32"},
-            {"step 1 loss", "fused", 5e-8, 1e-7, true, "mhar"}};
+  r.rows = {{"routing forward", "out", "fused", 1e-8, 1e-7, true, "N=3 P=5 d=8 H=2"},
+            {"rmsnorm_forward", "y", "v1", 9.8e-4, 2.4e-7, false, "P=16 T=8 d=32"},
+            {"step 1", "loss", "fused", 5e-8, 1e-7, true, "mhar"}};
   r.routing = {{"tiny shape: N=9 P=2048 d=128 H=4",
                 {{"copy", "kernel", 0.5, 2e7, 40, 100}, {"forward", "fused", 0.6, 1.2e7, 20, 50}}}};
   r.steps = {{"tiny shape", {{"residual", "-", 2.0, 40.0}, {"mhar", "4", 2.2, 0}}}};
   r.notes = {"bench step, paper 100M shape: not measured: out of memory"};
-  CHECK(mhar::toy::worst_row(r.rows).op == "rmsnorm_forward y");
+  CHECK(mhar::toy::worst_row(r.rows).op() == "rmsnorm_forward y");
   const std::string md = mhar::toy::report_markdown(r);
   CHECK_THAT(md, Contains("### NVIDIA Test GPU, sm_89 — 2026-12-03T15:40:12Z"));
   CHECK_THAT(md, Contains("| compute capability | 8.9 |") &&

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "general_routing.h"
+#include "tolerance.h"
 
 namespace mhar::verify {
 
@@ -32,7 +33,8 @@ inline constexpr const char* kCasesFormat = "mhar.cases";
 inline constexpr int kCasesFormatVersion = 1;
 
 /// The tolerance rule: a tensor passes when relative_error ≤ kToleranceK · yardstick + floor,
-/// floor = kFloorUlps · unit roundoff of the case's dtype (docs/verify.md, "The tolerance rule").
+/// floor = kFloorUlps · unit roundoff of the case's dtype (docs/verify.md, "The tolerance rule";
+/// the formula is the project's one, mhar::earned_tolerance in reference/tolerance.h).
 /// How the two numbers were chosen (docs/style.md §7): k = 10 leaves a legitimate kernel room
 /// for another summation order (on the quick set the project's three kernels reach ratio 0.34 at
 /// most, the NumPy reference 0.27: ≥ 2.9× margin), while the planted mistakes' worst rows are
@@ -60,6 +62,11 @@ float round_to(DType t, float x);
 /// The floor of the tolerance rule for dtype t.
 inline double tolerance_floor(DType t) {
   return kFloorUlps * unit_roundoff(t);
+}
+/// The tolerance of an output of dtype t whose yardstick is `yardstick`:
+/// kToleranceK · yardstick + tolerance_floor(t).
+inline double tolerance_for(DType t, double yardstick) {
+  return earned_tolerance(yardstick, kToleranceK, tolerance_floor(t));
 }
 
 /// A named rounding convention (docs/verify.md): `exact`, the intermediates of the conventions as

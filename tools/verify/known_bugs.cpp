@@ -34,7 +34,7 @@ std::vector<double> out_without_rescale(const Case& c) {
 }
 
 std::string missing_rescale_hint(const Case& c, const std::vector<double>& out_got) {
-  const double tol = kToleranceK * c.yardstick.at("out") + tolerance_floor(c.dtype);
+  const double tol = tolerance_for(c.dtype, c.yardstick.at("out"));
   if (relative_error(out_got, c.truth.out) <= tol ||
       !(relative_error(out_got, out_without_rescale(c)) <= tol))
     return {};

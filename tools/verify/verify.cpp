@@ -146,7 +146,7 @@ using Given = std::map<std::string, std::vector<double>>;
 
 double tolerance_of(const Case& c, const std::map<std::string, double>& yard,
                     const std::string& name) {
-  return kToleranceK * yard.at(name) + tolerance_floor(c.dtype);
+  return tolerance_for(c.dtype, yard.at(name));
 }
 
 /// One output of a case: its row, and its values in `given` when they can be compared.
