@@ -21,9 +21,9 @@
 
 #include "checkpoint.h"
 #include "cli_common.h"
-#include "figures.h"
 #include "data.h"
 #include "errors.h"
+#include "figures.h"
 #include "file_util.h"
 #include "heatmap.h"  // kFiguresOff
 #include "routing_versions.h"
