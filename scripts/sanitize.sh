@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The CPU reference tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/, no
-# CUDA, and no -march: this is also the proof that a build for any x86-64 CPU passes), then every mhar-toy subcommand once under the same sanitizers. CI runs this after
-# scripts/test.sh; it leaves out the test programs of the tools (a sanitizer build of all of
-# them takes ~15 minutes on 2 cores). For everything: `ctest --test-dir build-asan` after
-# building all targets there.
+# CUDA, and no -march: this is also the proof that a build for any x86-64 CPU passes), the file
+# readers' mutation test (fuzz:) and a bounded libFuzzer run on the header parser, then every
+# mhar-toy subcommand once under the same sanitizers. CI runs this after scripts/test.sh; it leaves
+# out the other test programs of the tools (a sanitizer build of all of them takes ~15 minutes on
+# 2 cores). For everything: `ctest --test-dir build-asan` after building all targets there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -12,11 +13,15 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMHAR_SANIT
 # mhar-toy too (+5 min on 2 cores): the one build here without CUDA, so the tools' code for
 # machines with no nvcc compiles under -Werror on every CI run (the main build there has nvcc),
 # and every subcommand runs once under the sanitizers below.
-cmake --build build-asan --parallel "$(nproc)" --target test_reference mhar-toy
+# test_fuzz (the seeded mutation test of the file readers) links the same library as mhar-toy, so
+# it adds one file to the build.
+cmake --build build-asan --parallel "$(nproc)" --target test_reference mhar-toy test_fuzz
 export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
 # fontconfig's caches (the figures' text, through Cairo) are freed by no one at exit.
 export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan-suppressions.txt"
-(cd build-asan && ctest --output-on-failure --parallel "$(nproc)" -R '^reference:')
+(cd build-asan && ctest --output-on-failure --parallel "$(nproc)" -R '^(reference|fuzz):')
+# libFuzzer on the header parser, bounded (clang's build, its own folder build-fuzz/).
+scripts/fuzz.sh 60
 
 # Every mhar-toy subcommand once, on a model small enough to take seconds under ASan: train,
 # resume, sample, eval, heatmap, stream, grad, convert, plot, bench step and routing (check says

@@ -6,11 +6,12 @@ set -euo pipefail
 # back in the figure tests. python3-numpy and python3-torch run the Python harness and the PyTorch
 # twin under Debian's /usr/bin/python3; libopenblas0-pthread gives that torch a fast BLAS (without
 # it, Debian's torch falls back to the reference BLAS). python3-pytest runs the py: tests;
-# python3-venv and python3-setuptools install python/ into a venv (docs/pytorch.md).
+# python3-venv and python3-setuptools install python/ into a venv (docs/pytorch.md). clang brings
+# libFuzzer, which scripts/fuzz.sh runs on the header parser (CI, through scripts/sanitize.sh).
 pkgs=(cmake ninja-build g++ pkg-config libeigen3-dev libcli11-dev libfmt-dev catch2
       nlohmann-json3-dev libcairo2-dev fonts-dejavu-core poppler-utils doxygen graphviz
       python3 python3-numpy python3-torch libopenblas0-pthread python3-pytest python3-venv
-      python3-setuptools)
+      python3-setuptools clang)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

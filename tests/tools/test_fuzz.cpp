@@ -303,11 +303,17 @@ bool same(const mhar::Params<float>& a, const mhar::Params<float>& b) {
 /// Counts by outcome, printed and returned.
 using Counts = std::map<Outcome, int>;
 
+/// The counts are seeded, so docs/checkpoint-format.md quotes them: the quoted line must be the
+/// one printed here (a changed reader or mutator updates the page).
 void report(const char* reader, const Counts& counts) {
   std::string line = fmt::format("fuzz {:<12}", reader);
   int total = 0;
   for (const auto& [o, n] : counts) line += fmt::format("  {}: {}", outcome_name(o), n), total += n;
-  fmt::print("{} (of {})\n", line, total);
+  line += fmt::format(" (of {})", total);
+  fmt::print("{}\n", line);
+  const std::string page = read_bytes(MHAR_CHECKPOINT_FORMAT_MD);
+  INFO("docs/checkpoint-format.md must quote this line: " << line);
+  CHECK(page.find("  " + line + "\n") != std::string::npos);
 }
 
 /// Writes mutant k of `kind` into MHAR_FUZZ_DUMP when it is set.
