@@ -17,8 +17,9 @@
  * number of CPUs less that load, rounded, between 1 and the CPUs. Where /proc/stat cannot be read
  * (not Linux), every CPU is used, as before. Thread counts change only between steps.
  *
- * The price: Eigen blocks its matrix products differently on 1 and on 2 threads, so the last bits
- * of a step depend on the thread count, and with `--threads 0` on the load. A run that must repeat
+ * The price: with k threads a step sums k batch shards (tools/backend.cpp), in another order than
+ * one thread does, so the last bits of a step depend on the thread count, and with `--threads 0`
+ * on the load. A run that must repeat
  * bit for bit (a resume compared with an uninterrupted run, a test) gives `--threads N`.
  */
 #pragma once

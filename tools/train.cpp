@@ -35,14 +35,6 @@
 #include "run_dir.h"
 #include "strict_json.h"
 
-#ifdef MHAR_WITH_CUDA
-#include "cuda/device.h"
-#include "cuda/model.h"
-#endif
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 namespace mhar::toy {
 

@@ -2,8 +2,8 @@
  * @file test_backend.cpp
  * @brief The CPU backend's data-parallel step (tools/backend.cpp) against the one-thread step:
  *        in every mode, with shards of unequal rows, the loss and every gradient agree with the
- *        truth in double as closely as the one-thread step does (within 8× its error, docs/
- *        style.md §7), and a step with the same thread count is bit for bit the same twice.
+ *        truth in double as closely as the one-thread step does (version_tolerance of
+ *        tests/gradcheck.h, the CPU versions' rule), and a step with the same thread count is bit for bit the same twice.
  */
 #include <omp.h>
 
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "gradcheck.h"
 #include "model.h"
 #include "perturbed.h"
 
@@ -63,12 +64,6 @@ StepOut truth(const Config& c, const Params<float>& p, const Batch& b, int rows)
   return out;
 }
 
-/// max |a − b| / max |b| (0 for an all-zero b).
-double rel(const Mat<double>& a, const Mat<double>& b) {
-  const double scale = b.cwiseAbs().maxCoeff();
-  return scale > 0 ? (a - b).cwiseAbs().maxCoeff() / scale : 0.0;
-}
-
 }  // namespace
 
 TEST_CASE("backend: the data-parallel CPU step gives the one-thread step's loss and gradients",
@@ -90,12 +85,12 @@ TEST_CASE("backend: the data-parallel CPU step gives the one-thread step's loss 
   const StepOut want = truth(c, p, b, rows), one = cpu_step(c, p, b, rows, 1),
                 par = cpu_step(c, p, b, rows, threads), again = cpu_step(c, p, b, rows, threads);
   const double loss_one = std::abs(one.loss - want.loss) / want.loss;
-  CHECK(std::abs(par.loss - want.loss) / want.loss <= 8 * std::max(loss_one, 1e-7));
+  CHECK(std::abs(par.loss - want.loss) / want.loss <= test::version_tolerance(loss_one));
   REQUIRE(par.grads.size() == want.grads.size());
   for (std::size_t t = 0; t < want.grads.size(); ++t) {
     CAPTURE(t);
-    const double err_one = rel(one.grads[t], want.grads[t]);
-    CHECK(rel(par.grads[t], want.grads[t]) <= 8 * std::max(err_one, 1e-7));
+    const double err_one = test::scaled_error(one.grads[t], want.grads[t]);
+    CHECK(test::scaled_error(par.grads[t], want.grads[t]) <= test::version_tolerance(err_one));
     CHECK((par.grads[t].array() == again.grads[t].array()).all());  // deterministic
   }
   CHECK(par.loss == again.loss);
