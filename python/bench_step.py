@@ -43,6 +43,9 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--routing", default="fast", choices=["fast", "plain"],
                    help="the routing of the routed modes (MharModel's routing)")
+    p.add_argument("--malloc", default="keep", choices=["keep", "default"],
+                   help="keep: glibc keeps freed memory between steps, as mhar-train-ddp does "
+                        "(mhar_torch.allocator); default: glibc's own thresholds")
     p.add_argument("--package-dir", action="append", default=None,
                    help="import mhar_torch from this folder (e.g. an older checkout's python/); "
                         "repeat it to measure several, interleaved (default: this file's folder)")
@@ -56,6 +59,14 @@ def child(a: argparse.Namespace) -> int:
     from mhar_torch import Config, ConfigError, MharModel, decays
 
     L, mode = a.child.split(",")
+    malloc = "default"
+    if a.malloc == "keep":
+        try:
+            from mhar_torch.allocator import keep_freed_memory
+        except ImportError:  # an mhar_torch from before the allocator module
+            malloc = "default (no mhar_torch.allocator)"
+        else:
+            malloc = "keep" if keep_freed_memory() else "default (no glibc)"
     if a.threads > 0:
         torch.set_num_threads(a.threads)
     cfg = Config(d=a.d, L=int(L), n_head=a.n_head, n_kv_head=a.n_kv_head, ffn=a.ffn,
@@ -94,7 +105,8 @@ def child(a: argparse.Namespace) -> int:
     import mhar_torch
     print(json.dumps({"times": times, "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                       "torch": torch.__version__, "threads": torch.get_num_threads(),
-                      "routing": routing, "package": os.path.dirname(mhar_torch.__file__)}))
+                      "routing": routing, "package": os.path.dirname(mhar_torch.__file__),
+                      "malloc": malloc}))
     return 0
 
 
@@ -132,9 +144,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             runs[(L, pkg, mode)].append(r)
     info = runs[configs[0]][0]
     print("PyTorch %s, %d thread%s; d=%d T=%d batch %d; median of %d × %d steps, peak RSS of "
-          "each configuration in its own process" % (
+          "each configuration in its own process; malloc: %s" % (
               info["torch"], info["threads"], "" if info["threads"] == 1 else "s", a.d,
-              a.seq_len, a.batch, a.rounds, a.repeats))
+              a.seq_len, a.batch, a.rounds, a.repeats,
+              ", ".join(sorted({r["malloc"] for rs in runs.values() for r in rs}))))
     names = {pkg: runs[(depths[0], pkg, modes[0])][0]["package"] for pkg in packages}
     for k, pkg in enumerate(packages):
         print("[%d] mhar_torch from %s" % (k + 1, names[pkg]))

@@ -249,7 +249,10 @@ def train(argv):
     a = parse_args(argv)
     import torch
     import torch.distributed as dist
+    from mhar_torch.allocator import keep_freed_memory
     from mhar_torch.data import Corpus
+
+    keep_freed_memory()  # freed memory stays for the next step (mhar_torch/allocator.py)
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
