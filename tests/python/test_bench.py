@@ -1,0 +1,71 @@
+"""py:bench — python/bench_step.py's table (time beside peak memory, the malloc setting named), and
+mhar_torch.allocator.keep_freed_memory, which it and mhar-train-ddp call (each allocator case in
+its own process: mallopt changes the whole process)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import common
+
+PROBE = r"""
+import json, sys, torch
+applied = None
+if sys.argv[1] == "keep":
+    from mhar_torch.allocator import keep_freed_memory
+    applied = keep_freed_memory()
+def resident():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+t = torch.empty(4 * 1024 * 1024).fill_(1.0)  # 16 MiB, every page touched
+held = resident()
+del t
+print(json.dumps({"applied": applied, "returned_mib": (held - resident()) / 2**20}))
+"""
+
+
+def probe(kind):
+    env = dict(os.environ, PYTHONPATH=common.PYTHON_DIR)
+    p = subprocess.run([sys.executable, "-c", PROBE, kind], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_keep_freed_memory_keeps_a_freed_tensor():
+    """A 16 MiB tensor freed: glibc's defaults give its pages back to the kernel (it was mmapped,
+    being above the 128 KiB starting threshold), so the next step would fault them in again;
+    with keep_freed_memory() the block came from the heap and stays resident."""
+    import platform
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("keep_freed_memory acts on glibc's malloc only; this is %r"
+                    % (platform.libc_ver(),))
+    default, keep = probe("default"), probe("keep")
+    print("\nfreeing a 16 MiB tensor returned %.1f MiB to the kernel with glibc's defaults, "
+          "%.1f MiB with keep_freed_memory()" % (default["returned_mib"], keep["returned_mib"]))
+    assert default["returned_mib"] >= 15, "glibc's defaults no longer return it: nothing shown"
+    assert keep["applied"] is True
+    assert keep["returned_mib"] < 1
+
+
+def test_bench_step_prints_time_and_peak_memory():
+    """A tiny run of both modes, two rounds: one row per mode with ms/step and peak RSS, each a
+    positive number, the routing named, and the header naming the malloc setting."""
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    cmd = [sys.executable, os.path.join(common.PYTHON_DIR, "bench_step.py"), "--modes",
+           "residual,mhar", "--layers", "2", "--d", "32", "-T", "16", "-B", "2", "--n-head", "2",
+           "--n-kv-head", "1", "--ffn", "48", "--threads", "1", "--repeats", "1", "--rounds", "2"]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    print("\n" + p.stdout)
+    lines = p.stdout.splitlines()
+    assert "malloc: keep" in lines[0]
+    assert "peak RSS MiB" in lines[2]
+    rows = {r.split()[2]: r.split() for r in lines[3:]}
+    assert set(rows) == {"residual", "mhar"}
+    assert rows["mhar"][3] == "fast" and rows["residual"][3] == "-"
+    for r in rows.values():  # L pkg mode routing ms/step steps/s ÷ RSS ÷
+        assert float(r[4]) > 0 and float(r[7]) > 0, r
