@@ -21,6 +21,11 @@ readable reference, is routing.py's ``depth_route``). The same function, docs/de
   a slot whose pairs the slot above did not start (``early``) also does, from the same reads of
   each dout, the pairs of the slot below, so each dout comes from memory once for two slots
   (another 7–13 % of the backward at L 24).
+- Sites go in pairs in the forward too, as the CPU's F3: when site s + 1 reads site s's slots and
+  one more, site s also sums, from the same reads of its sources, site s + 1's weighted sum over
+  them with weights exp(z' − m') left unnormalised (an online softmax's carry), and site s + 1
+  reads two tensors, the carry and its new slot, instead of s + 2 (``_follow``; 10–13 % of the
+  forward at L 24, with and without another process streaming memory on the other core).
 
 Why the in-place writes stay correct. The buffers are plain tensors that autograd never sees (never in
 ``save_for_backward``, so no version counter to trip or to silence); correctness rests on three
@@ -121,6 +126,7 @@ class _Buffers:
         self.readers = [[s for s, slots in enumerate(self.sites) if k in slots]
                         for k in range(n_slots)]
         self.where = [{k: n for n, k in enumerate(slots)} for slots in self.sites]  # slot → n
+        self.reader_at = [{s: m for m, s in enumerate(r)} for r in self.readers]  # site → row
         self.rms: List[Optional[Tensor]] = [None] * n_slots  # per slot: r, P
         self.kp: List[Optional[Tensor]] = [None] * n_slots   # per slot: readers × P × H
         # per site, kept by its backward for its slots' writes in this pass:
@@ -129,6 +135,7 @@ class _Buffers:
         self.alpha: List[Optional[Tensor]] = [None] * len(self.sites)  # α, N × P × H
         # per slot, the pairs the slot above did for it: (Σ of their value terms, {site: dz})
         self.early: dict = {}
+        self.carry: dict = {}  # per site, what the site before (its leader) summed for it
 
     def start_pass(self) -> None:
         """Called by every backward of a routing node: the first of a pass queues the reset of
@@ -255,6 +262,26 @@ def _pair(stack: "_Buffers", s: int, i: int, dout: Tensor, acc: Optional[Tensor]
     return acc.addcmul_(al.unsqueeze(-1), dout)
 
 
+def _logits(stack: "_Buffers", site: int, slots: List[int]) -> Tensor:
+    """z_i = r_i kp_i of `site` over `slots`, N × P × H (step (2), from what the writes saved)."""
+    return torch.stack([stack.rms[i][:, None] * stack.kp[i][stack.reader_at[i][site]]
+                        for i in slots])
+
+
+def _follow(stack: "_Buffers", k: int, z: Tensor, carry, shape) -> Tensor:
+    """A follower's output from the leader's carry C = Σ_{i<N−1} exp(z_i − m') S_i (m' = max of
+    those z_i, l' = Σ exp(z_i − m')) and its new slot k = its last:
+        m = max(m', z_k),  out = (exp(m' − m) C + exp(z_k − m) S_k) / (exp(m' − m) l' + exp(z_k − m)),
+    the same weighted sum as step (4), summed in another order."""
+    C, mx, lsum = carry
+    zk = z[-1]
+    m = torch.maximum(mx, zk)
+    a, b = torch.exp(mx - m), torch.exp(zk - m)
+    inv = 1.0 / (a * lsum + b)
+    out = C.mul_((a * inv).unsqueeze(-1))
+    return out.addcmul_((b * inv).unsqueeze(-1), stack.buf[k].view(shape))
+
+
 class _Read(torch.autograd.Function):
     """Routes one site over its slots; saves only α."""
 
@@ -262,17 +289,37 @@ class _Read(torch.autograd.Function):
     def forward(ctx, link, stack, site):
         ctx.stack, ctx.site = stack, site
         slots = stack.sites[site]
-        d, H = stack.buf.shape[-1], stack.heads
+        P, d, H = stack.P, stack.buf.shape[-1], stack.heads
+        shape = (P, H, d // H)
         with torch.no_grad(), _no_autocast(stack.buf):
             # (3)  α_i[h] = softmax over i of z_i[h] = r_i kp_i[h]
-            z = torch.stack([stack.rms[i][:, None] * stack.kp[i][stack.readers[i].index(site)]
-                             for i in slots])
+            z = _logits(stack, site, slots)
             alpha = torch.softmax(z, dim=0)  # N × P × H
             # (4)  out[c] = Σ_i α_i[h(c)] S_i[c]
-            S = [stack.buf[i].view(stack.P, H, d // H) for i in slots]
-            out = alpha[0].unsqueeze(-1) * S[0]
-            for n in range(1, len(slots)):
-                out.addcmul_(alpha[n].unsqueeze(-1), S[n])
+            carry = stack.carry.pop(site, None)
+            if carry is not None:  # the site before led: its sum over slots[:-1] with our weights
+                out = _follow(stack, slots[-1], z, carry, shape)
+            else:
+                nxt = site + 1
+                lead = nxt < len(stack.sites) and stack.sites[nxt][:-1] == slots
+                # A leader also sums, from the same reads, the next site's weighted sum over the
+                # same slots, with weights exp(z' − m') left unnormalised (an online softmax's
+                # carry): that site then reads two tensors, the carry and its new slot, not N + 1.
+                if lead:
+                    zn = _logits(stack, nxt, slots)
+                    mx = zn.amax(dim=0)
+                    e = torch.exp(zn - mx)
+                S = stack.buf[slots[0]].view(shape)
+                out = alpha[0].unsqueeze(-1) * S
+                if lead:
+                    c = e[0].unsqueeze(-1) * S
+                for n in range(1, len(slots)):
+                    S = stack.buf[slots[n]].view(shape)
+                    out.addcmul_(alpha[n].unsqueeze(-1), S)
+                    if lead:
+                        c.addcmul_(e[n].unsqueeze(-1), S)
+                if lead:
+                    stack.carry[nxt] = (c, mx, e.sum(dim=0))
         ctx.alpha = alpha
         out = out.view(stack.shape)
         ctx.save_for_backward(out)  # for D; the next sub-layer's norm keeps it alive anyway
