@@ -24,8 +24,8 @@ readable reference, is routing.py's ``depth_route``). The same function, docs/de
 - Sites go in pairs in the forward too, as the CPU's F3: when site s + 1 reads site s's slots and
   one more, site s also sums, from the same reads of its sources, site s + 1's weighted sum over
   them with weights exp(z' − m') left unnormalised (an online softmax's carry), and site s + 1
-  reads two tensors, the carry and its new slot, instead of s + 2 (``_follow``; 10–13 % of the
-  forward at L 24, with and without another process streaming memory on the other core).
+  reads two tensors, the carry and its new slot, instead of s + 2 (``_follow``; at L 24, 13 % of
+  the forward with another process streaming memory on the other core, 0–10 % without).
 
 Why the in-place writes stay correct. The buffers are plain tensors that autograd never sees (never in
 ``save_for_backward``, so no version counter to trip or to silence); correctness rests on three
