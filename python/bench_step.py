@@ -7,7 +7,8 @@ resident memory the process ever held, the interpreter and torch included) is th
 configuration's alone. One process takes one untimed warm-up step and --repeats timed steps;
 --rounds repeats the whole set, the configurations interleaved (round 1: every depth and mode,
 then round 2, …), so that a change of load hits every mode. ms/step is the median of all timed
-steps of a configuration, peak RSS the largest of its rounds.
+steps of a configuration, peak RSS the largest of its rounds; below the table, each round's own
+ratio of a mode to the first mode, which a slow stretch of the machine moves less.
 
     python3 python/bench_step.py --modes residual,mhar --layers 6,12,24 --d 256 -T 256 -B 4 \\
         --threads 1 --rounds 3
@@ -164,7 +165,24 @@ def main(argv: Optional[List[str]] = None) -> int:
                 print("%4s %3s %-10s %-13s %10.1f %9.2f %8.3f× %14.0f %8.3f×" % (
                     L, "[%d]" % (k + 1), mode, rs[0]["routing"], 1e3 * t, 1 / t, t / first[0],
                     rss, rss / first[1]))
+    print_round_ratios(runs, depths, packages, modes)
     return 0
+
+
+def print_round_ratios(runs: dict, depths: List[str], packages: list, modes: List[str]) -> None:
+    """Each round's own ratio: a mode's median step in that round over the first mode's, their
+    processes run one after the other, so a slow stretch of the machine hits both; the spread of
+    these says how far the table's ratio of medians can be trusted (as `mhar-toy bench step`'s
+    "round by round" lines)."""
+    for L in depths:
+        for k, pkg in enumerate(packages):
+            base = runs[(L, pkg, modes[0])]
+            for mode in modes[1:]:
+                ratios = sorted(statistics.median(r["times"]) / statistics.median(b["times"])
+                                for r, b in zip(runs[(L, pkg, mode)], base))
+                print("round by round, L %s [%d] %s ÷ %s: median %.3f×, range %.3f×–%.3f× "
+                      "(%d rounds)" % (L, k + 1, mode, modes[0], statistics.median(ratios),
+                                       ratios[0], ratios[-1], len(ratios)))
 
 
 if __name__ == "__main__":

@@ -64,8 +64,11 @@ def test_bench_step_prints_time_and_peak_memory():
     lines = p.stdout.splitlines()
     assert "malloc: keep" in lines[0]
     assert "peak RSS MiB" in lines[2]
-    rows = {r.split()[2]: r.split() for r in lines[3:]}
+    table = [r for r in lines[3:] if not r.startswith("round by round")]
+    rows = {r.split()[2]: r.split() for r in table}
     assert set(rows) == {"residual", "mhar"}
+    rounds = [r for r in lines if r.startswith("round by round, L 2 [1] mhar ÷ residual: median ")]
+    assert len(rounds) == 1 and rounds[0].endswith("(2 rounds)"), lines
     assert rows["mhar"][3] == "fast" and rows["residual"][3] == "-"
     for r in rows.values():  # L pkg mode routing ms/step steps/s ÷ RSS ÷
         assert float(r[4]) > 0 and float(r[7]) > 0, r
