@@ -19,8 +19,8 @@
  *
  * The price: with k threads a step sums k batch shards (tools/backend.cpp), in another order than
  * one thread does, so the last bits of a step depend on the thread count, and with `--threads 0`
- * on the load. A run that must repeat
- * bit for bit (a resume compared with an uninterrupted run, a test) gives `--threads N`.
+ * on the load. A run that must repeat bit for bit (a resume compared with an uninterrupted run, a
+ * test) gives `--threads N`.
  */
 #pragma once
 

@@ -35,7 +35,6 @@
 #include "run_dir.h"
 #include "strict_json.h"
 
-
 namespace mhar::toy {
 
 namespace fs = std::filesystem;

@@ -27,9 +27,9 @@ readable reference, is routing.py's ``depth_route``). The same function, docs/de
   reads two tensors, the carry and its new slot, instead of s + 2 (``_follow``; at L 24, 13 % of
   the forward with another process streaming memory on the other core, 0–10 % without).
 
-Why the in-place writes stay correct. The buffers are plain tensors that autograd never sees (never in
-``save_for_backward``, so no version counter to trip or to silence); correctness rests on three
-rules, the first two asserted at run time:
+Why the in-place writes stay correct. The buffers are plain tensors that autograd never sees
+(never in ``save_for_backward``, so no version counter to trip or to silence); correctness rests
+on three rules, the first two asserted at run time:
   1. a slot is written once per forward, before any site reads it (``write`` refuses a second
      write; ``read`` refuses an unwritten slot), and each forward owns its buffers until its graph
      is freed: a ``SourceStack`` takes them from ``pool`` only once the stack that had them is
@@ -135,7 +135,7 @@ class _Buffers:
         self.alpha: List[Optional[Tensor]] = [None] * len(self.sites)  # α, N × P × H
         # per slot, the pairs the slot above did for it: (Σ of their value terms, {site: dz})
         self.early: dict = {}
-        self.carry: dict = {}  # per site, what the site before (its leader) summed for it
+        self.carry: dict = {}  # per site, what the site before (its leader) summed for it, and z
 
     def start_pass(self) -> None:
         """Called by every backward of a routing node: the first of a pass queues the reset of
@@ -152,9 +152,9 @@ class _Buffers:
         self.in_pass = False
 
     def scratch(self, shape) -> Tensor:
-        """The P × d work tensor, viewed as `shape`: a site backward's products, used up before
-        the next routing node runs (the engine runs one node at a time per device, and on CUDA
-        they queue on one stream), so every site reuses the same memory instead of allocating."""
+        """The P × d work tensor, viewed as `shape`: one product of a backward (a site's D, a
+        pair's a), used up before the next routing node runs (the engine runs one node at a time
+        per device, and on CUDA they queue on one stream), so no backward allocates one."""
         return self.work.view(shape)
 
     def __del__(self):
@@ -200,7 +200,8 @@ class _Write(torch.autograd.Function):
         H = stack.heads
         K = d // H
         if not rows:
-            return torch.zeros_like(S).view(stack.shape).to(ctx.x_dtype), None, None, None, None, None
+            dS = torch.zeros_like(S).view(stack.shape).to(ctx.x_dtype)
+            return dS, None, None, None, None, None
         # The pairs (site, slot i) that the slot above already did from its reads (below), if any;
         # this slot does the others, and, if it did not get any, also the pairs of the slot below
         # that the same sites make, from the same reads of each dout: the douts come from memory
@@ -225,7 +226,7 @@ class _Write(torch.autograd.Function):
         # dS_i −= (r_i³/d) (Σ_c u_i[c] S_i[c]) S_i, with Σ_c u_i S_i = Σ_h dz kp  (RMS, (1))
         kp = stack.kp[i]  # readers × P × H: the rows of the sites that ran
         if len(rows) < len(stack.readers[i]):
-            kp = kp[[stack.readers[i].index(s) for s in rows]]
+            kp = kp[[stack.reader_at[i][s] for s in rows]]
         beta = -(r.pow(3) / d) * (dz * kp).sum(dim=(0, 2))
         dS.addcmul_(beta[:, None], S)
         M = torch.empty((len(rows), d), dtype=S.dtype, device=S.device)
@@ -268,10 +269,27 @@ def _logits(stack: "_Buffers", site: int, slots: List[int]) -> Tensor:
                         for i in slots])
 
 
+def _weighted_sums(stack: "_Buffers", slots: List[int], w: Tensor, shape,
+                   w2: Optional[Tensor] = None):
+    """Step (4) over `slots`: Σ_i w_i[h(c)] S_i[c] (w: N × P × H), and with w2 also Σ_i w2_i[h(c)]
+    S_i[c] from the same reads of each source (a leader's carry). Returns both (the second None
+    without w2)."""
+    S = stack.buf[slots[0]].view(shape)
+    out = w[0].unsqueeze(-1) * S
+    two = None if w2 is None else w2[0].unsqueeze(-1) * S
+    for n in range(1, len(slots)):
+        S = stack.buf[slots[n]].view(shape)
+        out.addcmul_(w[n].unsqueeze(-1), S)
+        if two is not None:
+            two.addcmul_(w2[n].unsqueeze(-1), S)
+    return out, two
+
+
 def _follow(stack: "_Buffers", k: int, z: Tensor, carry, shape) -> Tensor:
     """A follower's output from the leader's carry C = Σ_{i<N−1} exp(z_i − m') S_i (m' = max of
     those z_i, l' = Σ exp(z_i − m')) and its new slot k = its last:
-        m = max(m', z_k),  out = (exp(m' − m) C + exp(z_k − m) S_k) / (exp(m' − m) l' + exp(z_k − m)),
+        m = max(m', z_k),  l = exp(m' − m) l' + exp(z_k − m),
+        out = (exp(m' − m) C + exp(z_k − m) S_k) / l,
     the same weighted sum as step (4), summed in another order."""
     C, mx, lsum = carry
     zk = z[-1]
@@ -293,33 +311,27 @@ class _Read(torch.autograd.Function):
         shape = (P, H, d // H)
         with torch.no_grad(), _no_autocast(stack.buf):
             # (3)  α_i[h] = softmax over i of z_i[h] = r_i kp_i[h]
-            z = _logits(stack, site, slots)
+            carry = stack.carry.pop(site, None)  # the site before led: (C, m', l', z of slots[:-1])
+            if carry is not None:  # the leader computed our logits but for our last slot
+                z = torch.cat([carry[3], _logits(stack, site, slots[-1:])])
+            else:
+                z = _logits(stack, site, slots)
             alpha = torch.softmax(z, dim=0)  # N × P × H
             # (4)  out[c] = Σ_i α_i[h(c)] S_i[c]
-            carry = stack.carry.pop(site, None)
-            if carry is not None:  # the site before led: its sum over slots[:-1] with our weights
-                out = _follow(stack, slots[-1], z, carry, shape)
-            else:
-                nxt = site + 1
-                lead = nxt < len(stack.sites) and stack.sites[nxt][:-1] == slots
+            nxt = site + 1
+            if carry is not None:
+                out = _follow(stack, slots[-1], z, carry[:3], shape)
+            elif nxt < len(stack.sites) and stack.sites[nxt][:-1] == slots:
                 # A leader also sums, from the same reads, the next site's weighted sum over the
                 # same slots, with weights exp(z' − m') left unnormalised (an online softmax's
                 # carry): that site then reads two tensors, the carry and its new slot, not N + 1.
-                if lead:
-                    zn = _logits(stack, nxt, slots)
-                    mx = zn.amax(dim=0)
-                    e = torch.exp(zn - mx)
-                S = stack.buf[slots[0]].view(shape)
-                out = alpha[0].unsqueeze(-1) * S
-                if lead:
-                    c = e[0].unsqueeze(-1) * S
-                for n in range(1, len(slots)):
-                    S = stack.buf[slots[n]].view(shape)
-                    out.addcmul_(alpha[n].unsqueeze(-1), S)
-                    if lead:
-                        c.addcmul_(e[n].unsqueeze(-1), S)
-                if lead:
-                    stack.carry[nxt] = (c, mx, e.sum(dim=0))
+                zn = _logits(stack, nxt, slots)
+                mx = zn.amax(dim=0)
+                e = torch.exp(zn - mx)
+                out, c = _weighted_sums(stack, slots, alpha, shape, e)
+                stack.carry[nxt] = (c, mx, e.sum(dim=0), zn)
+            else:
+                out, _ = _weighted_sums(stack, slots, alpha, shape)
         ctx.alpha = alpha
         out = out.view(stack.shape)
         ctx.save_for_backward(out)  # for D; the next sub-layer's norm keeps it alive anyway

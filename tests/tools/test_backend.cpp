@@ -3,7 +3,8 @@
  * @brief The CPU backend's data-parallel step (tools/backend.cpp) against the one-thread step:
  *        in every mode, with shards of unequal rows, the loss and every gradient agree with the
  *        truth in double as closely as the one-thread step does (version_tolerance of
- *        tests/gradcheck.h, the CPU versions' rule), and a step with the same thread count is bit for bit the same twice.
+ *        tests/gradcheck.h, the CPU versions' rule), and a step with the same thread count is
+ *        bit for bit the same twice.
  */
 #include <omp.h>
 
