@@ -20,7 +20,7 @@ readable reference, is routing.py's ``depth_route``). The same function, docs/de
   gradient (about 12 % less backward time at L 12, d 256, T 256, batch 4). And slots go in pairs:
   a slot whose pairs the slot above did not start (``early``) also does, from the same reads of
   each dout, the pairs of the slot below, so each dout comes from memory once for two slots
-  (another 7–13 % of the backward at L 24).
+  (another 10–13 % of the backward at L 24, two sittings).
 - Sites go in pairs in the forward too, as the CPU's F3: when site s + 1 reads site s's slots and
   one more, site s also sums, from the same reads of its sources, site s + 1's weighted sum over
   them with weights exp(z' − m') left unnormalised (an online softmax's carry), and site s + 1
