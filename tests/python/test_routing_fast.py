@@ -18,6 +18,7 @@ CASES = {  # id: mode, H, L, blocks
     "mhar-H=1": ("mhar", 1, 2, 1),
     "mhar-H=2": ("mhar", 2, 2, 1),
     "mhar-H=d=16": ("mhar", 16, 2, 1),
+    "mhar-H=2-L=5": ("mhar", 2, 5, 1),  # 11 sites: two blocks of the backward's products
     "block-L=3-2+1": ("block", 2, 3, 2),
     "delta-L=3-2+1-open": ("delta", 4, 3, 2),
 }
@@ -112,12 +113,12 @@ def test_no_grad_evaluation(case):
     assert rel(fast, plain) <= 1e-12
 
 
-def stack_route(S, W, q, g, H, eps=1e-6):
+def stack_route(S, W, q, g, H, eps=1e-6, block=None):
     """Sub-layer j: tanh(site j's output · W_j) written to slot j + 1; the final site's output."""
     import torch
     from mhar_torch.routing_stack import SourceStack
     n = len(W) + 1
-    st = SourceStack(q, g, H, [list(range(s + 1)) for s in range(n)], S, eps)
+    st = SourceStack(q, g, H, [list(range(s + 1)) for s in range(n)], S, eps, block=block)
     st.write(S)
     for j, w in enumerate(W):
         st.write(torch.tanh(st.read(j) @ w))
@@ -144,11 +145,30 @@ def unit(d=8, sites=3):
 
 
 @pytest.mark.parametrize("H", [1, 2, 8], ids=lambda H: "H=%d" % H)
-def test_stack_by_central_differences(H):
+@pytest.mark.parametrize("block", [1, 2, 3, 8], ids=lambda b: "block=%d" % b)
+def test_stack_by_central_differences(H, block):
+    """Six sites: with blocks of 2 and 3 the backward has several blocks, each with pairs inside;
+    block 1 goes pair by pair; 8 is one block (the default size)."""
     import torch
-    S, W, q, g = unit()
-    assert torch.autograd.gradcheck(lambda S, q, g, *W: stack_route(S, list(W), q, g, H),
+    S, W, q, g = unit(sites=6)
+    assert torch.autograd.gradcheck(lambda S, q, g, *W: stack_route(S, list(W), q, g, H,
+                                                                    block=block),
                                     (S, q, g, *W), eps=1e-6, atol=1e-8, raise_exception=False)
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, 8], ids=lambda b: "block=%d" % b)
+def test_blocks_equal_plain(block):
+    """Eleven sites, blocks of 1 (pair by pair), 2, 3 and 8 slots (2 and 3: several blocks, the
+    last one short): the stack's output and every gradient are the plain routing's."""
+    import torch
+    S, W, q, g = unit(sites=11)
+    out, ref = stack_route(S, W, q, g, 2, block=block), plain_route(S, W, q, g, 2)
+    got = torch.autograd.grad(out.pow(2).sum(), [S, q, g, *W])
+    want = torch.autograd.grad(ref.pow(2).sum(), [S, q, g, *W])
+    worst = max(rel(a, b) for a, b in zip(got, want))
+    print("\nblock %d, 11 sites: output rel %.1e, worst gradient rel %.1e"
+          % (block, rel(out, ref), worst))
+    assert rel(out, ref) <= 1e-14 and worst <= TOL
 
 
 def test_second_backward_and_negative_control():
@@ -258,7 +278,8 @@ def test_depth_routing_stack_module():
     assert torch.equal(fresh, x)
 
 
-def test_partial_backward_then_full():
+@pytest.mark.parametrize("block", [1, 2, 8], ids=lambda b: "block=%d" % b)
+def test_partial_backward_then_full(block):
     """A backward that reaches part of the graph (torch.autograd.grad for one weight, keeping the
     graph), then a full one, and a site whose output is never used: the plain gradients each
     time (the per-pass state is reset when the engine ends a pass)."""
@@ -267,7 +288,7 @@ def test_partial_backward_then_full():
     S, W, q, g = unit(sites=4)
 
     def fast():
-        st = SourceStack(q, g, 2, [list(range(s + 1)) for s in range(4)], S)
+        st = SourceStack(q, g, 2, [list(range(s + 1)) for s in range(4)], S, block=block)
         st.write(S)
         st.read(0)  # read and never used
         for j, w in enumerate(W):
