@@ -26,16 +26,26 @@ readable reference, is routing.py's ``depth_route``). The same function, docs/de
   dout then comes from memory once per block of slots, not once per slot, and two products
   replace a product, a sum and a scaled add per pair. The pairs inside a block (a slot below the
   top with the sites between it and the top, whose douts did not exist at the top's turn) go one
-  by one (``_pair``). At L 24 (d 256, T 256, batch 4, H 2) the routing's backward alone took
-  154 ms against 202 pair by pair, with blocks of 8 (4 was slower, 12–24 no faster).
-- Other plans (block, delta) go pair by pair, with slots in pairs: a slot whose pairs the slot
-  above did not start (``early``) also does, from the same reads of each dout, the pairs of the
-  slot below (10–13 % of the backward at L 24, two sittings, before the blocks).
+  by one (``_pair``), and so do the slots where a block would cover fewer than MIN_PAIRS pairs
+  (near the top of the stack, and every slot of a shallow one).
+- Other plans (block, delta), and the slots just named, go pair by pair with slots in pairs: a
+  slot whose pairs the slot above did not start (``early``) also does, from the same reads of each
+  dout, the pairs of the slot below (10–13 % of the backward at L 24, two sittings).
 - Sites go in pairs in the forward too, as the CPU's F3: when site s + 1 reads site s's slots and
   one more, site s also sums, from the same reads of its sources, site s + 1's weighted sum over
   them with weights exp(z' − m') left unnormalised (an online softmax's carry), and site s + 1
   reads two tensors, the carry and its new slot, instead of s + 2 (``_follow``; at L 24, 13 % of
-  the forward with another process streaming memory on the other core, 0–10 % without).
+  the forward with another process streaming memory on the other core, 0–10 % without). Where
+  site s reads slots 0 … s and a block of BLOCK sites would cover MIN_PAIRS pairs, a site leads
+  the next BLOCK − 1 instead (``_lead_block``): one batched product per (position, head) gives
+  every block site's carry over the leader's slots, and each follower adds its later slots.
+- The buffers' slices lie a little more than P · d apart (``_rows_apart``): the products read one
+  row of every slice in turn, and rows a power of two apart would share cache sets.
+
+Measured alone (d 256, T 256, batch 4, H 2, one thread, sub-layers replaced by a scaling; the
+training step is in docs/pytorch.md), blocks against pair by pair everywhere, side by side: at
+L 24 0.71×, 0.72× and 0.82× of the time (forward 100 against 140 ms, backward 159 against 229 in
+the first), at L 12 0.94× and 0.95×, at L 6 0.92× (none of its blocks passes MIN_PAIRS).
 
 Why the in-place writes stay correct. The buffers are plain tensors that autograd never sees
 (never in ``save_for_backward``, so no version counter to trip or to silence); correctness rests
@@ -75,9 +85,12 @@ from .routing import ROUTING_EPS
 # pair of the block's slots with the sites above it in two batched matrix products; the pairs
 # inside the block (block · (block − 1) / 2) go one by one (_pair).
 BLOCK = 8
-# Sites that must read a slot for it to start a block: with fewer, the products' set-up per
-# (position, head) costs more than the pairs they replace (the slots near the top of the stack).
-MIN_ROWS = 8
+# Pairs that a block's products must cover (sites × slots) for them to be used: the two
+# products cost a fixed set-up per (position, head), about as much as 60 pairs one by one at
+# d 256, P 1024 (measured here); below it, the pairs go one by one.
+MIN_PAIRS = 64
+# Elements between consecutive slots of the source and dout buffers beyond P · d (_rows_apart).
+ROW_PAD = 16
 
 
 class SourceStack:
@@ -149,10 +162,10 @@ class _Buffers:
                 self.buf, self.work, self.dbuf = pool.pop(k)
                 break
         else:
-            self.buf = torch.empty(size, dtype=like.dtype, device=like.device)
+            self.buf = _rows_apart(size, like)
             self.work = torch.empty_like(self.buf[0])  # P × d: one pair's products
             # the sites' douts side by side, for the blocks' batched products (none without)
-            self.dbuf = torch.empty(dsize, dtype=like.dtype, device=like.device)
+            self.dbuf = _rows_apart(dsize, like)
         self.taken = [False] * n_slots  # per slot: its write's backward ran in this pass
         self.ran = [False] * len(self.sites)  # per site: its backward ran in this pass
         self.in_pass = False
@@ -193,6 +206,16 @@ class _Buffers:
     def __del__(self):
         if self.pool is not None and len(self.pool) < 2:
             self.pool.append((self.buf, self.work, self.dbuf))
+
+
+def _rows_apart(size, like: Tensor) -> Tensor:
+    """An empty [n, P, d] buffer whose n slices lie ROW_PAD elements more than P · d apart. The
+    blocks' products read the same (position, head) row of every slice in turn: P · d apart
+    (a power of two times d), those rows would fall in the same cache sets and evict each other
+    (the first product ran 2× slower so, with the rows coming from memory)."""
+    n, P, d = size
+    flat = torch.empty((n, P * d + ROW_PAD), dtype=like.dtype, device=like.device)
+    return flat[:, :P * d].view(n, P, d)
 
 
 def _qg(stack: "_Buffers", rows: List[int]) -> Tensor:
@@ -294,13 +317,15 @@ def _slot_in_block(stack: "_Buffers", i: int, rows: List[int]):
     first slot of a block to get here (its top: the backward goes down the slots) does the pairs
     of every slot of its block with the sites above them (_block_top); then each slot does its
     pairs with the sites inside the block (below the top), one by one, adding to what the top
-    left it. A slot that fewer than MIN_ROWS sites read, and no block covers, goes one by one."""
-    if i not in stack.early:
-        if len(rows) < MIN_ROWS:  # too few sites above for the products to pay: one by one
-            acc, dz_of = None, {}
-            for s in rows:
-                acc = _pair(stack, s, i, stack.dout[s], acc, dz_of)
-            return acc, torch.stack([dz_of[s] for s in rows])
+    left it. Where a block would cover fewer than MIN_PAIRS pairs, and no block covers the
+    slot, it goes pair by pair (_slot_by_pairs)."""
+    early = stack.early.get(i)
+    small = len(rows) * min(stack.block, i + 1) < MIN_PAIRS
+    if (early is None and small) or (early is not None and len(early) == 2):
+        # too few pairs for the products to pay (the slots near the top of the stack), or the
+        # slot above did this slot's pairs with its sites: pair by pair, slots in pairs
+        return _slot_by_pairs(stack, i, rows)
+    if early is None:
         _block_top(stack, i, rows)
     acc, dz_above, above = stack.early.pop(i)
     inside = [s for s in rows if s not in above]
@@ -324,8 +349,9 @@ def _block_top(stack: "_Buffers", top: int, rows: List[int]) -> None:
         dz[s, j] = α_{s,j} (a[s, j] − D_s)
     Leaves (V_j, dz_j over rows, rows) in stack.early[j] for each slot j of the block."""
     j0 = max(0, top - stack.block + 1)
-    if any(stack.taken[j] for j in range(j0, top)):
-        raise RuntimeError("routing: a slot below %d gave its gradient away before it" % top)
+    if any(stack.taken[j] or j in stack.early for j in range(j0, top)):
+        raise RuntimeError("routing: a slot below %d gave its gradient away, or was started, "
+                           "before it" % top)
     P, d, H = stack.P, stack.buf.shape[-1], stack.heads
     K, PH, m, b = d // H, stack.P * stack.heads, len(rows), top - j0 + 1
     if rows == list(range(rows[0], rows[0] + m)):
@@ -381,19 +407,48 @@ def _weighted_sums(stack: "_Buffers", slots: List[int], w: Tensor, shape,
     return out, two
 
 
-def _follow(stack: "_Buffers", k: int, z: Tensor, carry, shape) -> Tensor:
-    """A follower's output from the leader's carry C = Σ_{i<N−1} exp(z_i − m') S_i (m' = max of
-    those z_i, l' = Σ exp(z_i − m')) and its new slot k = its last:
-        m = max(m', z_k),  l = exp(m' − m) l' + exp(z_k − m),
-        out = (exp(m' − m) C + exp(z_k − m) S_k) / l,
+def _follow(stack: "_Buffers", new: List[int], z: Tensor, carry, shape) -> Tensor:
+    """A follower's output from its leader's carry C = Σ_i exp(z_i − m') S_i over the slots before
+    `new` (m' = max of those z_i, l' = Σ exp(z_i − m')) and its `new` slots (its last ones):
+        m = max(m', max_new z_k),  l = exp(m' − m) l' + Σ_new exp(z_k − m),
+        out = (exp(m' − m) C + Σ_new exp(z_k − m) S_k) / l,
     the same weighted sum as step (4), summed in another order."""
     C, mx, lsum = carry
-    zk = z[-1]
-    m = torch.maximum(mx, zk)
-    a, b = torch.exp(mx - m), torch.exp(zk - m)
-    inv = 1.0 / (a * lsum + b)
-    out = C.mul_((a * inv).unsqueeze(-1))
-    return out.addcmul_((b * inv).unsqueeze(-1), stack.buf[k].view(shape))
+    zk = z[z.shape[0] - len(new):]  # the new slots' z, len(new) × P × H
+    m = torch.maximum(mx, zk.amax(dim=0))
+    a, e = torch.exp(mx - m), torch.exp(zk - m)
+    inv = 1.0 / (a * lsum + e.sum(dim=0))
+    out = torch.empty(shape, dtype=C.dtype, device=C.device)
+    torch.mul(C, (a * inv).unsqueeze(-1), out=out)  # C may be a view of a block's products
+    for n, k in enumerate(new):
+        out.addcmul_((e[n] * inv).unsqueeze(-1), stack.buf[k].view(shape))
+    return out
+
+
+def _lead_block(stack: "_Buffers", site: int, shape):
+    """Site `site` (reading slots 0 … site = N₀ − 1) leads the sites after it, up to BLOCK in
+    all: per (position, head), one matrix product gives every block site t's carry over the
+    leader's slots, each source read once (docs/design.md §1 step (4), in another order):
+        C_t = Σ_{i<N₀} exp(z_{t,i} − m'_t) S_i          PH × (b × N₀) · (N₀ × K)
+    with m'_t = max_i z_{t,i}; site t then adds its slots after N₀ (_follow). The leader's own
+    output is C_site / l'_site. Returns (out, α) and leaves each follower's carry."""
+    N0, P, H, K = site + 1, stack.P, stack.heads, shape[-1]
+    b, PH = min(stack.block, len(stack.sites) - site), stack.P * stack.heads
+    # z_{t,i} for the b sites t and the N₀ slots i: b × P × H × N₀ (slot i's readers are the
+    # sites i, i + 1, …, so its rows for t = site … site + b − 1 are one slice)
+    Z = torch.stack([stack.rms[i][:, None] * stack.kp[i][site - i:site - i + b]
+                     for i in range(N0)], dim=-1)
+    mx = Z.amax(dim=-1)  # b × P × H
+    E = torch.exp(Z - mx.unsqueeze(-1))
+    lsum = E.sum(dim=-1)
+    C = torch.bmm(E.view(b, PH, N0).transpose(0, 1),
+                  stack.buf[:N0].view(N0, PH, K).transpose(0, 1))  # PH × b × K
+    for t in range(1, b):
+        stack.carry[site + t] = (C[:, t].view(shape), mx[t], lsum[t], Z[t].permute(2, 0, 1))
+    alpha = (E[0] / lsum[0].unsqueeze(-1)).permute(2, 0, 1).contiguous()  # N₀ × P × H
+    out = torch.empty(shape, dtype=C.dtype, device=C.device)
+    torch.div(C[:, 0].view(shape), lsum[0].unsqueeze(-1), out=out)
+    return out, alpha
 
 
 class _Read(torch.autograd.Function):
@@ -407,27 +462,33 @@ class _Read(torch.autograd.Function):
         shape = (P, H, d // H)
         with torch.no_grad(), _no_autocast(stack.buf):
             # (3)  α_i[h] = softmax over i of z_i[h] = r_i kp_i[h]
-            carry = stack.carry.pop(site, None)  # the site before led: (C, m', l', z of slots[:-1])
-            if carry is not None:  # the leader computed our logits but for our last slot
-                z = torch.cat([carry[3], _logits(stack, site, slots[-1:])])
-            else:
-                z = _logits(stack, site, slots)
-            alpha = torch.softmax(z, dim=0)  # N × P × H
-            # (4)  out[c] = Σ_i α_i[h(c)] S_i[c]
+            # carry: a leader before us summed our sources but the last few: (C, m', l', their z)
+            carry = stack.carry.pop(site, None)
             nxt = site + 1
             if carry is not None:
-                out = _follow(stack, slots[-1], z, carry[:3], shape)
-            elif nxt < len(stack.sites) and stack.sites[nxt][:-1] == slots:
-                # A leader also sums, from the same reads, the next site's weighted sum over the
-                # same slots, with weights exp(z' − m') left unnormalised (an online softmax's
-                # carry): that site then reads two tensors, the carry and its new slot, not N + 1.
-                zn = _logits(stack, nxt, slots)
-                mx = zn.amax(dim=0)
-                e = torch.exp(zn - mx)
-                out, c = _weighted_sums(stack, slots, alpha, shape, e)
-                stack.carry[nxt] = (c, mx, e.sum(dim=0), zn)
+                new = slots[carry[3].shape[0]:]
+                z = torch.cat([carry[3], _logits(stack, site, new)])
+                alpha = torch.softmax(z, dim=0)  # N × P × H
+                out = _follow(stack, new, z, carry[:3], shape)
+            elif (stack.block > 1 and nxt < len(stack.sites)
+                  and len(slots) * min(stack.block, len(stack.sites) - site) >= MIN_PAIRS):
+                out, alpha = _lead_block(stack, site, shape)
             else:
-                out, _ = _weighted_sums(stack, slots, alpha, shape)
+                z = _logits(stack, site, slots)
+                alpha = torch.softmax(z, dim=0)
+                # (4)  out[c] = Σ_i α_i[h(c)] S_i[c]
+                if nxt < len(stack.sites) and stack.sites[nxt][:-1] == slots:
+                    # A leader also sums, from the same reads, the next site's weighted sum over
+                    # the same slots, with weights exp(z' − m') left unnormalised (an online
+                    # softmax's carry): that site then reads two tensors, the carry and its new
+                    # slot, not N + 1.
+                    zn = _logits(stack, nxt, slots)
+                    mx = zn.amax(dim=0)
+                    e = torch.exp(zn - mx)
+                    out, c = _weighted_sums(stack, slots, alpha, shape, e)
+                    stack.carry[nxt] = (c, mx, e.sum(dim=0), zn)
+                else:
+                    out, _ = _weighted_sums(stack, slots, alpha, shape)
         ctx.alpha = alpha
         out = out.view(stack.shape)
         ctx.save_for_backward(out)  # for D; the next sub-layer's norm keeps it alive anyway

@@ -81,6 +81,20 @@ def test_fast_equals_plain(case):
     assert torch.isfinite(torch.tensor(lf))
 
 
+@pytest.mark.parametrize("block", [2, 3], ids=lambda b: "block=%d" % b)
+def test_blocks_whole_model(block, every_block, monkeypatch):
+    """The 11-site mhar model in float64 with blocks of 2 and 3 (forward leaders and backward
+    block tops at every size, pairs inside): the plain routing's loss and every gradient."""
+    import mhar_torch.routing_stack as rs
+    monkeypatch.setattr(rs, "BLOCK", block)
+    lp, gp = loss_and_grads(model("mhar-H=2-L=5", "plain"))
+    lf, gf = loss_and_grads(model("mhar-H=2-L=5", "fast"))
+    worst = max(rel(gf[n], gp[n]) for n in gp)
+    print("\nblocks of %d, mhar L 5: loss rel %.1e, worst gradient rel %.1e"
+          % (block, abs(lf - lp) / abs(lp), worst))
+    assert abs(lf - lp) <= TOL * abs(lp) and worst <= TOL
+
+
 @pytest.mark.parametrize("case", ["mhar-H=2", "block-L=3-2+1", "delta-L=3-2+1-open"])
 def test_checkpointed_sublayers_same_gradients(case):
     def counted(m):  # counts the MLP forwards: a checkpointed step runs each twice
@@ -144,11 +158,19 @@ def unit(d=8, sites=3):
     return S, W, q, g
 
 
+@pytest.fixture
+def every_block(monkeypatch):
+    """Blocks however few pairs they cover (at these sizes the default MIN_PAIRS leaves none)."""
+    import mhar_torch.routing_stack as rs
+    monkeypatch.setattr(rs, "MIN_PAIRS", 1)
+
+
 @pytest.mark.parametrize("H", [1, 2, 8], ids=lambda H: "H=%d" % H)
 @pytest.mark.parametrize("block", [1, 2, 3, 8], ids=lambda b: "block=%d" % b)
-def test_stack_by_central_differences(H, block):
-    """Six sites: with blocks of 2 and 3 the backward has several blocks, each with pairs inside;
-    block 1 goes pair by pair; 8 is one block (the default size)."""
+def test_stack_by_central_differences(H, block, every_block):
+    """Six sites: with blocks of 2 and 3 the backward has several blocks, each with pairs inside,
+    and the forward's later sites follow a leader; block 1 goes pair by pair; 8 is one block
+    (the default size)."""
     import torch
     S, W, q, g = unit(sites=6)
     assert torch.autograd.gradcheck(lambda S, q, g, *W: stack_route(S, list(W), q, g, H,
@@ -156,11 +178,16 @@ def test_stack_by_central_differences(H, block):
                                     (S, q, g, *W), eps=1e-6, atol=1e-8, raise_exception=False)
 
 
+@pytest.mark.parametrize("min_pairs", [1, None], ids=["every-block", "default-min-pairs"])
 @pytest.mark.parametrize("block", [1, 2, 3, 8], ids=lambda b: "block=%d" % b)
-def test_blocks_equal_plain(block):
+def test_blocks_equal_plain(block, min_pairs, monkeypatch):
     """Eleven sites, blocks of 1 (pair by pair), 2, 3 and 8 slots (2 and 3: several blocks, the
-    last one short): the stack's output and every gradient are the plain routing's."""
+    last one short), with every block used or only those the default MIN_PAIRS lets through:
+    the stack's output and every gradient are the plain routing's."""
     import torch
+    import mhar_torch.routing_stack as rs
+    if min_pairs is not None:
+        monkeypatch.setattr(rs, "MIN_PAIRS", min_pairs)
     S, W, q, g = unit(sites=11)
     out, ref = stack_route(S, W, q, g, 2, block=block), plain_route(S, W, q, g, 2)
     got = torch.autograd.grad(out.pow(2).sum(), [S, q, g, *W])
@@ -279,7 +306,7 @@ def test_depth_routing_stack_module():
 
 
 @pytest.mark.parametrize("block", [1, 2, 8], ids=lambda b: "block=%d" % b)
-def test_partial_backward_then_full(block):
+def test_partial_backward_then_full(block, every_block):
     """A backward that reaches part of the graph (torch.autograd.grad for one weight, keeping the
     graph), then a full one, and a site whose output is never used: the plain gradients each
     time (the per-pass state is reset when the engine ends a pass)."""
