@@ -14,9 +14,17 @@ ratio of a mode to the first mode, which a slow stretch of the machine moves les
         --threads 1 --rounds 3
     python3 python/bench_step.py ... --package-dir /tmp/base/python --package-dir python
         # before and after in one sitting: each --package-dir's mhar_torch, interleaved too
+
+With --one-process every configuration (and every --package-dir's mhar_torch, each imported under
+its own name) runs in this process instead, one step of each in turn, --rounds × --repeats times:
+no peak RSS then, but no difference between processes either (the same residual step read 7 %
+apart in two processes of one sitting here), and the round-by-round lines pair each step with
+the first mode's step just before it.
 """
 
 import argparse
+import importlib
+import importlib.util
 import json
 import os
 import resource
@@ -50,33 +58,35 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     p.add_argument("--package-dir", action="append", default=None,
                    help="import mhar_torch from this folder (e.g. an older checkout's python/); "
                         "repeat it to measure several, interleaved (default: this file's folder)")
+    p.add_argument("--one-process", action="store_true",
+                   help="every configuration in this process, steps alternating (no peak RSS)")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)  # "L,mode": one process
     return p.parse_args(argv)
 
 
-def child(a: argparse.Namespace) -> int:
-    """One configuration: prints one JSON line with the timed steps and the peak RSS."""
-    import torch
-    from mhar_torch import Config, ConfigError, MharModel, decays
-
-    L, mode = a.child.split(",")
-    malloc = "default"
-    if a.malloc == "keep":
-        try:
-            from mhar_torch.allocator import keep_freed_memory
-        except ImportError:  # an mhar_torch from before the allocator module
-            malloc = "default (no mhar_torch.allocator)"
-        else:
-            malloc = "keep" if keep_freed_memory() else "default (no glibc)"
-    if a.threads > 0:
-        torch.set_num_threads(a.threads)
-    cfg = Config(d=a.d, L=int(L), n_head=a.n_head, n_kv_head=a.n_kv_head, ffn=a.ffn,
-                 T=a.seq_len, mode=mode, H=a.heads, n_blocks=a.blocks)
+def set_malloc(a: argparse.Namespace, mt) -> str:
+    """The --malloc setting, through mt's allocator module (the whole process); says which ran."""
+    if a.malloc != "keep":
+        return "default"
     try:
-        model = MharModel(cfg, seed=1, init="torch")  # the numbers do not change the cost
-    except ConfigError as e:
+        allocator = importlib.import_module(mt.__name__ + ".allocator")
+    except ImportError:  # an mhar_torch from before the allocator module
+        return "default (no mhar_torch.allocator)"
+    return "keep" if allocator.keep_freed_memory() else "default (no glibc)"
+
+
+def make_step(a: argparse.Namespace, mt, L: str, mode: str):
+    """One configuration's training step on mt (an mhar_torch): (step, routing name), where
+    step() runs forward, backward, clipping and AdamW and returns its seconds; None for a
+    configuration mhar_torch refuses (the error printed)."""
+    import torch
+    cfg = mt.Config(d=a.d, L=int(L), n_head=a.n_head, n_kv_head=a.n_kv_head, ffn=a.ffn,
+                    T=a.seq_len, mode=mode, H=a.heads, n_blocks=a.blocks)
+    try:
+        model = mt.MharModel(cfg, seed=1, init="torch")  # the numbers do not change the cost
+    except mt.ConfigError as e:
         print("bench_step.py: error: %s" % e, file=sys.stderr)
-        return 2
+        return None
     has_routing = hasattr(model, "routing")  # mhar_torch before the shared buffer: plain only
     if has_routing:
         model.routing = a.routing
@@ -85,8 +95,8 @@ def child(a: argparse.Namespace) -> int:
             model.route.q.normal_(0.0, 0.1, generator=torch.Generator().manual_seed(1))
     named = model.checkpoint_parameters()
     opt = torch.optim.AdamW(
-        [{"params": [q for n, q in named if decays(n)], "weight_decay": 0.1},
-         {"params": [q for n, q in named if not decays(n)], "weight_decay": 0.0}],
+        [{"params": [q for n, q in named if mt.decays(n)], "weight_decay": 0.1},
+         {"params": [q for n, q in named if not mt.decays(n)], "weight_decay": 0.0}],
         lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
     g = torch.Generator().manual_seed(2)
     x = torch.randint(0, 256, (a.batch, a.seq_len), generator=g)
@@ -101,14 +111,69 @@ def child(a: argparse.Namespace) -> int:
         return time.perf_counter() - t0
 
     step()  # warm-up: allocations, the RoPE tables
-    times = [step() for _ in range(a.repeats)]
-    routing = (a.routing if has_routing else "plain (only)") if cfg.routed else "-"
+    return step, (a.routing if has_routing else "plain (only)") if cfg.routed else "-"
+
+
+def child(a: argparse.Namespace) -> int:
+    """One configuration: prints one JSON line with the timed steps and the peak RSS."""
+    import torch
     import mhar_torch
+    L, mode = a.child.split(",")
+    malloc = set_malloc(a, mhar_torch)
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
+    made = make_step(a, mhar_torch, L, mode)
+    if made is None:
+        return 2
+    step, routing = made
+    times = [step() for _ in range(a.repeats)]
     print(json.dumps({"times": times, "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                       "torch": torch.__version__, "threads": torch.get_num_threads(),
                       "routing": routing, "package": os.path.dirname(mhar_torch.__file__),
                       "malloc": malloc}))
     return 0
+
+
+def load_package(pkg: Optional[str], k: int):
+    """The mhar_torch in folder pkg as a module of its own name (None: the one on the path), so
+    that several load into one process."""
+    if pkg is None:
+        return importlib.import_module("mhar_torch")
+    init = os.path.join(os.path.abspath(pkg), "mhar_torch", "__init__.py")
+    name = "mhar_torch_bench_%d" % k
+    spec = importlib.util.spec_from_file_location(
+        name, init, submodule_search_locations=[os.path.dirname(init)])
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def one_process(a: argparse.Namespace, configs: list) -> Optional[dict]:
+    """--one-process: every configuration in this process, one step of each in turn, rounds ×
+    repeats times, so that each step's neighbours in time are the other configurations' steps
+    (no process-to-process difference: page placement, the allocator's state). Peak RSS is the
+    whole process's, so it is not reported. Returns the runs as run_child's results."""
+    import torch
+    mods = {pkg: load_package(pkg, k) for k, pkg in enumerate(dict.fromkeys(c[1] for c in configs))}
+    malloc = set_malloc(a, next(iter(mods.values())))
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
+    steps = {}
+    for L, pkg, mode in configs:
+        made = make_step(a, mods[pkg], L, mode)
+        if made is None:
+            return None
+        steps[(L, pkg, mode)] = made
+    times = {c: [] for c in configs}
+    for _ in range(a.rounds * a.repeats):
+        for c in configs:
+            times[c].append(steps[c][0]())
+    info = {"torch": torch.__version__, "threads": torch.get_num_threads(), "malloc": malloc,
+            "maxrss_kib": None}
+    return {c: [dict(info, times=[t], routing=steps[c][1],
+                     package=os.path.dirname(mods[c[1]].__file__)) for t in times[c]]
+            for c in configs}
 
 
 def run_child(argv: List[str], package: Optional[str], L: str, mode: str) -> Optional[dict]:
@@ -130,25 +195,28 @@ def main(argv: Optional[List[str]] = None) -> int:
     a = parse_args(argv)
     if a.child:
         return child(a)
-    if a.package_dir and sys.version_info < (3, 11):
+    if a.package_dir and sys.version_info < (3, 11) and not a.one_process:
         print("bench_step.py: error: --package-dir needs Python 3.11 or later (python -P)",
+              file=sys.stderr)
+        return 2
+    missing = [d for d in a.package_dir or [] if not os.path.isfile(
+        os.path.join(d, "mhar_torch", "__init__.py"))]
+    if missing:
+        print("bench_step.py: error: --package-dir %s holds no mhar_torch package" % missing[0],
               file=sys.stderr)
         return 2
     modes, depths, packages = a.modes.split(","), a.layers.split(","), a.package_dir or [None]
     configs = [(L, pkg, m) for L in depths for pkg in packages for m in modes]
-    runs = {c: [] for c in configs}
-    for _ in range(a.rounds):  # interleaved: every configuration once per round
-        for L, pkg, mode in configs:
-            r = run_child(argv, pkg, L, mode)
-            if r is None:
-                return 2
-            runs[(L, pkg, mode)].append(r)
+    runs = one_process(a, configs) if a.one_process else in_processes(a, argv, configs)
+    if runs is None:
+        return 2
     info = runs[configs[0]][0]
-    print("PyTorch %s, %d thread%s; d=%d T=%d batch %d; median of %d × %d steps, peak RSS of "
-          "each configuration in its own process; malloc: %s" % (
-              info["torch"], info["threads"], "" if info["threads"] == 1 else "s", a.d,
-              a.seq_len, a.batch, a.rounds, a.repeats,
-              ", ".join(sorted({r["malloc"] for rs in runs.values() for r in rs}))))
+    print("PyTorch %s, %d thread%s; d=%d T=%d batch %d; median of %d × %d steps, %s; malloc: %s" % (
+        info["torch"], info["threads"], "" if info["threads"] == 1 else "s", a.d, a.seq_len,
+        a.batch, a.rounds, a.repeats,
+        "one process, the configurations' steps alternating" if a.one_process else
+        "peak RSS of each configuration in its own process",
+        ", ".join(sorted({r["malloc"] for rs in runs.values() for r in rs}))))
     names = {pkg: runs[(depths[0], pkg, modes[0])][0]["package"] for pkg in packages}
     for k, pkg in enumerate(packages):
         print("[%d] mhar_torch from %s" % (k + 1, names[pkg]))
@@ -160,13 +228,28 @@ def main(argv: Optional[List[str]] = None) -> int:
             for mode in modes:
                 rs = runs[(L, pkg, mode)]
                 t = statistics.median([x for r in rs for x in r["times"]])
-                rss = max(r["maxrss_kib"] for r in rs) / 1024
+                rss = None if a.one_process else max(r["maxrss_kib"] for r in rs) / 1024
                 first = first or (t, rss)
-                print("%4s %3s %-10s %-13s %10.1f %9.2f %8.3f× %14.0f %8.3f×" % (
+                mem = ("%14s %9s" % ("-", "-") if rss is None else
+                       "%14.0f %8.3f×" % (rss, rss / first[1]))
+                print("%4s %3s %-10s %-13s %10.1f %9.2f %8.3f× %s" % (
                     L, "[%d]" % (k + 1), mode, rs[0]["routing"], 1e3 * t, 1 / t, t / first[0],
-                    rss, rss / first[1]))
+                    mem))
     print_round_ratios(runs, depths, packages, modes)
     return 0
+
+
+def in_processes(a: argparse.Namespace, argv: List[str], configs: list) -> Optional[dict]:
+    """Each configuration in a fresh process per round, the rounds interleaved (round 1: every
+    depth and mode, then round 2, …). Returns {config: [run_child's result per round]}."""
+    runs = {c: [] for c in configs}
+    for _ in range(a.rounds):
+        for L, pkg, mode in configs:
+            r = run_child(argv, pkg, L, mode)
+            if r is None:
+                return None
+            runs[(L, pkg, mode)].append(r)
+    return runs
 
 
 def print_round_ratios(runs: dict, depths: List[str], packages: list, modes: List[str]) -> None:

@@ -72,3 +72,35 @@ def test_bench_step_prints_time_and_peak_memory():
     assert rows["mhar"][3] == "fast" and rows["residual"][3] == "-"
     for r in rows.values():  # L pkg mode routing ms/step steps/s ÷ RSS ÷
         assert float(r[4]) > 0 and float(r[7]) > 0, r
+
+
+def test_bench_step_one_process_two_packages(tmp_path):
+    """--one-process with the same mhar_torch given twice (two folders, each imported under its
+    own name): a row per package and mode with a time and no peak RSS, each package's folder
+    named, and round-by-round lines over every step; a folder without mhar_torch is refused with
+    exit 2 before anything runs."""
+    import shutil
+    other = tmp_path / "copy"
+    shutil.copytree(os.path.join(common.PYTHON_DIR, "mhar_torch"), other / "mhar_torch")
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    cmd = [sys.executable, os.path.join(common.PYTHON_DIR, "bench_step.py"), "--modes",
+           "residual,mhar", "--layers", "2", "--d", "32", "-T", "16", "-B", "2", "--n-head", "2",
+           "--n-kv-head", "1", "--ffn", "48", "--threads", "1", "--repeats", "2", "--rounds", "2",
+           "--one-process", "--package-dir", common.PYTHON_DIR, "--package-dir", str(other)]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    print("\n" + p.stdout)
+    lines = p.stdout.splitlines()
+    assert "one process" in lines[0] and "malloc: keep" in lines[0]
+    assert lines[2].endswith(os.path.join(str(other), "mhar_torch"))
+    table = [r.split() for r in lines[4:] if not r.startswith("round by round")]
+    assert [(r[1], r[2]) for r in table] == [("[1]", "residual"), ("[1]", "mhar"),
+                                            ("[2]", "residual"), ("[2]", "mhar")]
+    for r in table:  # L pkg mode routing ms/step steps/s ÷ - -
+        assert float(r[4]) > 0 and r[7:] == ["-", "-"], r
+    rounds = [r for r in lines if r.startswith("round by round, L 2 [2] mhar ÷ residual")]
+    assert len(rounds) == 1 and rounds[0].endswith("(4 rounds)"), lines
+    bad = subprocess.run(cmd[:-1] + [str(tmp_path)], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "holds no mhar_torch package" in bad.stderr
+    assert bad.stdout == ""
