@@ -148,7 +148,9 @@ class _Buffers:
         # Blocks of slots in the backward (_block_top) where site s reads slots 0 … s (attnres,
         # mhar); other plans go pair by pair (block = 1).
         prefix = all(slots == list(range(s + 1)) for s, slots in enumerate(self.sites))
-        self.block = block if prefix else 1
+        n = len(self.sites)  # where no block could pass MIN_PAIRS, no dout buffer either
+        pays = any((n - i) * min(block, i + 1) >= MIN_PAIRS for i in range(n))
+        self.block = block if prefix and pays else 1
         n_slots = 1 + max(max(s) for s in self.sites)
         self.shape = tuple(like.shape)  # B × T × d
         d = like.shape[-1]
