@@ -260,10 +260,7 @@ class _Write(torch.autograd.Function):
         if not rows:
             dS = torch.zeros_like(S).view(stack.shape).to(ctx.x_dtype)
             return dS, None, None, None, None, None
-        if stack.block > 1:
-            dS, dz = _slot_in_block(stack, i, rows)
-        else:
-            dS, dz = _slot_by_pairs(stack, i, rows)
+        dS, dz = _slot_pairs(stack, i, rows)
         dS = dS.view(P, d)
         # r_i dz (the factor of both key terms)
         r, qg = stack.rms[i], _qg(stack, rows)
@@ -293,52 +290,36 @@ class _Write(torch.autograd.Function):
 
 
 
-def _slot_by_pairs(stack: "_Buffers", i: int, rows: List[int]):
-    """Slot i's value terms and dz (m × P × H, over `rows`) pair by pair (any plan of sites).
-    The pairs (site, slot i) that the slot above already did from its reads (below), if any; this
-    slot does the others, and, if it did not get any, also the pairs of the slot below that the
-    same sites make, from the same reads of each dout: the douts come from memory once for two
-    slots, as the C++ forward's pairs of sites read their sources once."""
-    dS, dz_of = stack.early.pop(i, (None, {}))
-    below = i - 1 if not dz_of and i >= 1 and not stack.taken[i - 1] else None
-    below_dS, below_dz = None, {}
-    for s in rows:
-        if s in dz_of:
-            continue
-        dout = stack.dout[s]
-        dS = _pair(stack, s, i, dout, dS, dz_of)
-        if below is not None and below in stack.where[s]:
-            below_dS = _pair(stack, s, below, dout, below_dS, below_dz)
-    if below_dz:
-        stack.early[below] = (below_dS, below_dz)
-    return dS, torch.stack([dz_of[s] for s in rows])
-
-
-def _slot_in_block(stack: "_Buffers", i: int, rows: List[int]):
-    """Slot i's value terms and dz (m × P × H, over `rows`) where site s reads slots 0 … s. The
-    first slot of a block to get here (its top: the backward goes down the slots) does the pairs
-    of every slot of its block with the sites above them (_block_top); then each slot does its
-    pairs with the sites inside the block (below the top), one by one, adding to what the top
-    left it. Where a block would cover fewer than MIN_PAIRS pairs, and no block covers the
-    slot, it goes pair by pair (_slot_by_pairs)."""
-    early = stack.early.get(i)
-    small = len(rows) * min(stack.block, i + 1) < MIN_PAIRS
-    if (early is None and small) or (early is not None and len(early) == 2):
-        # too few pairs for the products to pay (the slots near the top of the stack), or the
-        # slot above did this slot's pairs with its sites: pair by pair, slots in pairs
-        return _slot_by_pairs(stack, i, rows)
-    if early is None:
+def _slot_pairs(stack: "_Buffers", i: int, rows: List[int]):
+    """Slot i's value terms and dz (m × P × H, in the order of `rows`), from the pairs (site s in
+    rows, slot i). What an earlier slot did for it waits in stack.early[i] as (value terms, dz,
+    their sites): a block's top did the pairs with the sites above the block (_block_top), or the
+    slot above did those with its own sites. If nothing waits, a slot starts a block where the
+    block's products pay (site s reads slots 0 … s, at least MIN_PAIRS pairs), else it does
+    its pairs one by one and, from the same reads of each dout, the slot below's pairs with the
+    same sites (each dout from memory once for two slots, as the C++ forward's pairs of sites
+    read their sources once). The pairs left are done one by one (_pair)."""
+    if (i not in stack.early and stack.block > 1
+            and len(rows) * min(stack.block, i + 1) >= MIN_PAIRS):
         _block_top(stack, i, rows)
-    acc, dz_above, above = stack.early.pop(i)
-    inside = [s for s in rows if s not in above]
-    if rows != inside + above:
-        raise RuntimeError("routing: slot %d's sites changed within its block" % i)
-    dz_of: dict = {}
-    for s in inside:
+    acc, dz_done, done = stack.early.pop(i, (None, None, []))
+    below = i - 1 if not done and i >= 1 and not stack.taken[i - 1] else None
+    below_acc, dz_of, below_dz = None, {}, {}
+    for s in rows:
+        if s in done:
+            continue
         acc = _pair(stack, s, i, stack.dout[s], acc, dz_of)
-    if not inside:
-        return acc, dz_above
-    return acc, torch.cat([torch.stack([dz_of[s] for s in inside]), dz_above])
+        if below is not None and below in stack.where[s]:
+            below_acc = _pair(stack, s, below, stack.dout[s], below_acc, below_dz)
+    if below_dz:
+        stack.early[below] = (below_acc, torch.stack(list(below_dz.values())), list(below_dz))
+    order = list(dz_of) + list(done)  # the sites of the parts below, in their order
+    parts = ([torch.stack(list(dz_of.values()))] if dz_of else []) + \
+        ([dz_done] if done else [])
+    dz = parts[0] if len(parts) == 1 else torch.cat(parts)
+    if order != rows:
+        dz = dz[[order.index(s) for s in rows]]
+    return acc, dz
 
 
 def _block_top(stack: "_Buffers", top: int, rows: List[int]) -> None:
@@ -368,7 +349,7 @@ def _block_top(stack: "_Buffers", top: int, rows: List[int]) -> None:
     dz = a.sub_(D.unsqueeze(-1)).mul_(al.permute(1, 2, 0))  # PH × m × b
     for j in range(j0, top + 1):
         stack.early[j] = (V[:, j - j0].contiguous().view(P, H, K),
-                          dz[:, :, j - j0].t().reshape(m, P, H), rows)
+                          dz[:, :, j - j0].t().reshape(m, P, H), list(rows))
 
 
 def _pair(stack: "_Buffers", s: int, i: int, dout: Tensor, acc: Optional[Tensor],
