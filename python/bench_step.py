@@ -4,7 +4,12 @@ forward, backward, global-norm clipping and AdamW on one batch of random bytes.
 
 Each (depth, mode) runs in a fresh process, so that peak RSS (getrusage's ru_maxrss: the most
 resident memory the process ever held, the interpreter and torch included) is that
-configuration's alone. One process takes one untimed warm-up step and --repeats timed steps;
+configuration's alone. One process takes --warmup untimed steps (default 3) and --repeats timed
+steps. The warm-up is three steps because the heap reaches its peak over the first two or three:
+at L 24 here (d 256, T 256, batch 4, one thread) the first step takes about 200,000 page faults,
+the second 30,000 to 40,000 (and ran 25–60 % slower than later steps, in either mode), the third
+about 1,500, later steps almost none; with one warm-up step, the first timed step was that
+second one.
 --rounds repeats the whole set, the configurations interleaved (round 1: every depth and mode,
 then round 2, …), so that a change of load hits every mode. ms/step is the median of all timed
 steps of a configuration, peak RSS the largest of its rounds; below the table, each round's own
@@ -48,6 +53,8 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     p.add_argument("--blocks", type=int, default=2)
     p.add_argument("--batch", "-B", type=int, default=16)
     p.add_argument("--repeats", type=int, default=5, help="timed steps per process")
+    p.add_argument("--warmup", type=int, default=3,
+                   help="untimed steps first, per configuration (the heap's growth: see above)")
     p.add_argument("--rounds", type=int, default=1, help="processes per configuration")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--routing", default="fast", choices=["fast", "plain"],
@@ -110,7 +117,8 @@ def make_step(a: argparse.Namespace, mt, L: str, mode: str):
         opt.step()
         return time.perf_counter() - t0
 
-    step()  # warm-up: allocations, the RoPE tables
+    for _ in range(a.warmup):  # the heap's growth, the RoPE tables
+        step()
     return step, (a.routing if has_routing else "plain (only)") if cfg.routed else "-"
 
 
@@ -193,6 +201,10 @@ def run_child(argv: List[str], package: Optional[str], L: str, mode: str) -> Opt
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     a = parse_args(argv)
+    if a.warmup < 0 or a.repeats < 1 or a.rounds < 1:
+        print("bench_step.py: error: --warmup must be 0 or more, --repeats and --rounds 1 or more",
+              file=sys.stderr)
+        return 2
     if a.child:
         return child(a)
     if a.package_dir and sys.version_info < (3, 11) and not a.one_process:
@@ -211,12 +223,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     if runs is None:
         return 2
     info = runs[configs[0]][0]
-    print("PyTorch %s, %d thread%s; d=%d T=%d batch %d; median of %d × %d steps, %s; malloc: %s" % (
-        info["torch"], info["threads"], "" if info["threads"] == 1 else "s", a.d, a.seq_len,
-        a.batch, a.rounds, a.repeats,
-        "one process, the configurations' steps alternating" if a.one_process else
-        "peak RSS of each configuration in its own process",
-        ", ".join(sorted({r["malloc"] for rs in runs.values() for r in rs}))))
+    print("PyTorch %s, %d thread%s; d=%d T=%d batch %d; median of %d × %d steps after %d warm-up "
+          "step%s, %s; malloc: %s" % (
+              info["torch"], info["threads"], "" if info["threads"] == 1 else "s", a.d, a.seq_len,
+              a.batch, a.rounds, a.repeats, a.warmup, "" if a.warmup == 1 else "s",
+              "one process, the configurations' steps alternating" if a.one_process else
+              "peak RSS of each configuration in its own process",
+              ", ".join(sorted({r["malloc"] for rs in runs.values() for r in rs}))))
     names = {pkg: runs[(depths[0], pkg, modes[0])][0]["package"] for pkg in packages}
     for k, pkg in enumerate(packages):
         print("[%d] mhar_torch from %s" % (k + 1, names[pkg]))

@@ -62,7 +62,7 @@ def test_bench_step_prints_time_and_peak_memory():
     assert p.returncode == 0, p.stderr
     print("\n" + p.stdout)
     lines = p.stdout.splitlines()
-    assert "malloc: keep" in lines[0]
+    assert "malloc: keep" in lines[0] and "after 3 warm-up steps" in lines[0]
     assert "peak RSS MiB" in lines[2]
     table = [r for r in lines[3:] if not r.startswith("round by round")]
     rows = {r.split()[2]: r.split() for r in table}
@@ -104,3 +104,16 @@ def test_bench_step_one_process_two_packages(tmp_path):
                          timeout=120)
     assert bad.returncode == 2 and "holds no mhar_torch package" in bad.stderr
     assert bad.stdout == ""
+
+
+@pytest.mark.parametrize("bad", [["--warmup", "-1"], ["--repeats", "0"], ["--rounds", "0"]],
+                         ids=["warmup-negative", "repeats-zero", "rounds-zero"])
+def test_bench_step_refuses_counts_that_time_nothing(bad):
+    """A negative warm-up, or no timed step, is refused with exit 2 and one line, before any
+    step runs (no median of nothing, no traceback)."""
+    cmd = [sys.executable, os.path.join(common.PYTHON_DIR, "bench_step.py"), "--modes",
+           "residual", "--layers", "2", "--d", "32"] + bad
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.startswith("bench_step.py: error: --warmup must be 0 or more"), p.stderr
+    assert "Traceback" not in p.stderr
