@@ -241,10 +241,11 @@ class _Write(torch.autograd.Function):
             # no P × d temporary of squares
             sq = torch.linalg.vector_norm(S, dim=-1).square_()
             stack.rms[slot] = torch.rsqrt(sq.div_(d).add_(stack.eps))
-            # (2) without r_i: kp_i[s, h] = Σ_{c∈h} (q_s g_s)_c S_i[c], per head [P, K] · [K, readers]
+            # (2) without r_i: kp_i[s, h] = Σ_{c∈h} (q_s g_s)_c S_i[c], per head
+            # [readers, K] · [K, P], so that the stack lays them out readers × P × H directly
             qg, K = _qg(stack, rows), d // H
-            kp = torch.stack([S[:, h * K:(h + 1) * K] @ qg[:, h].t() for h in range(H)], dim=-1)
-            stack.kp[slot] = kp.transpose(0, 1).contiguous()  # readers × P × H
+            stack.kp[slot] = torch.stack([qg[:, h] @ S[:, h * K:(h + 1) * K].t()
+                                          for h in range(H)], dim=-1)  # readers × P × H
         ctx.x_dtype = x.dtype
         return S.new_empty(0)
 
@@ -264,12 +265,15 @@ class _Write(torch.autograd.Function):
         dS = dS.view(P, d)
         # r_i dz (the factor of both key terms)
         r, qg = stack.rms[i], _qg(stack, rows)
-        w = (dz * r[None, :, None]).permute(2, 0, 1).contiguous()  # r_i dz: H × m × P
+        w = torch.empty((H,) + dz.shape[:2], dtype=dz.dtype, device=dz.device)
+        torch.mul(dz.permute(2, 0, 1), r, out=w)  # r_i dz: H × m × P, in one pass
         # dS_i −= (r_i³/d) (Σ_c u_i[c] S_i[c]) S_i, with Σ_c u_i S_i = Σ_h dz kp  (RMS, (1))
         kp = stack.kp[i]  # readers × P × H: the rows of the sites that ran
         if len(rows) < len(stack.readers[i]):
             kp = kp[[stack.reader_at[i][s] for s in rows]]
-        beta = -(r.pow(3) / d) * (dz * kp).sum(dim=(0, 2))
+        # (the sum over sites first, then over the H heads: one reduction over two dimensions,
+        # one of them not the last, ran 6–12× slower on the CPU)
+        beta = -(r.pow(3) / d) * (dz * kp).sum(dim=0).sum(dim=-1)
         dS.addcmul_(beta[:, None], S)
         M = torch.empty((len(rows), d), dtype=S.dtype, device=S.device)
         for h in range(H):
