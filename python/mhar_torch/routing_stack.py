@@ -296,8 +296,8 @@ class _Write(torch.autograd.Function):
 
 def _slot_pairs(stack: "_Buffers", i: int, rows: List[int]):
     """Slot i's value terms and dz (m × P × H, in the order of `rows`), from the pairs (site s in
-    rows, slot i). What an earlier slot did for it waits in stack.early[i] as (value terms, dz,
-    their sites): a block's top did the pairs with the sites above the block (_block_top), or the
+    rows, slot i). What an earlier slot did for it waits in stack.early[i] as (value terms,
+    {site: dz}): a block's top did the pairs with the sites above the block (_block_top), or the
     slot above did those with its own sites. If nothing waits, a slot starts a block where the
     block's products pay (site s reads slots 0 … s, at least MIN_PAIRS pairs), else it does
     its pairs one by one and, from the same reads of each dout, the slot below's pairs with the
@@ -306,24 +306,18 @@ def _slot_pairs(stack: "_Buffers", i: int, rows: List[int]):
     if (i not in stack.early and stack.block > 1
             and len(rows) * min(stack.block, i + 1) >= MIN_PAIRS):
         _block_top(stack, i, rows)
-    acc, dz_done, done = stack.early.pop(i, (None, None, []))
-    below = i - 1 if not done and i >= 1 and not stack.taken[i - 1] else None
-    below_acc, dz_of, below_dz = None, {}, {}
+    acc, dz_of = stack.early.pop(i, (None, {}))
+    below = i - 1 if not dz_of and i >= 1 and not stack.taken[i - 1] else None
+    below_acc, below_dz = None, {}
     for s in rows:
-        if s in done:
+        if s in dz_of:
             continue
         acc = _pair(stack, s, i, stack.dout[s], acc, dz_of)
         if below is not None and below in stack.where[s]:
             below_acc = _pair(stack, s, below, stack.dout[s], below_acc, below_dz)
     if below_dz:
-        stack.early[below] = (below_acc, torch.stack(list(below_dz.values())), list(below_dz))
-    order = list(dz_of) + list(done)  # the sites of the parts below, in their order
-    parts = ([torch.stack(list(dz_of.values()))] if dz_of else []) + \
-        ([dz_done] if done else [])
-    dz = parts[0] if len(parts) == 1 else torch.cat(parts)
-    if order != rows:
-        dz = dz[[order.index(s) for s in rows]]
-    return acc, dz
+        stack.early[below] = (below_acc, below_dz)
+    return acc, torch.stack([dz_of[s] for s in rows])
 
 
 def _block_top(stack: "_Buffers", top: int, rows: List[int]) -> None:
@@ -334,7 +328,7 @@ def _block_top(stack: "_Buffers", top: int, rows: List[int]) -> None:
         a[s, j] = Σ_{c∈h} dout_s[c] S_j[c]          PH × (m × K) · (K × b)
         V[j, c] = Σ_s α_{s,j}[h(c)] dout_s[c]       PH × (b × m) · (m × K), the value terms
         dz[s, j] = α_{s,j} (a[s, j] − D_s)
-    Leaves (V_j, dz_j over rows, rows) in stack.early[j] for each slot j of the block."""
+    Leaves (V_j, {site: dz[site, j]}) in stack.early[j] for each slot j of the block."""
     j0 = max(0, top - stack.block + 1)
     if any(stack.taken[j] or j in stack.early for j in range(j0, top)):
         raise RuntimeError("routing: a slot below %d gave its gradient away, or was started, "
@@ -351,9 +345,10 @@ def _block_top(stack: "_Buffers", top: int, rows: List[int]) -> None:
     V = torch.bmm(al.transpose(0, 1), Dv)  # PH × b × K
     D = torch.stack([stack.D[s] for s in rows]).view(m, PH).t()  # PH × m
     dz = a.sub_(D.unsqueeze(-1)).mul_(al.permute(1, 2, 0))  # PH × m × b
+    dz = dz.permute(2, 1, 0).contiguous().view(b, m, P, H)  # one copy: slot, site, P × H
     for j in range(j0, top + 1):
         stack.early[j] = (V[:, j - j0].contiguous().view(P, H, K),
-                          dz[:, :, j - j0].t().reshape(m, P, H), list(rows))
+                          {s: dz[j - j0, n] for n, s in enumerate(rows)})
 
 
 def _pair(stack: "_Buffers", s: int, i: int, dout: Tensor, acc: Optional[Tensor],
