@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 
@@ -51,6 +52,24 @@ void copy_loop(float* dst, const float* src, long n) {
     const long lo = n * t / nt, hi = n * (t + 1) / nt;
     std::memcpy(dst + lo, src + lo, sizeof(float) * static_cast<std::size_t>(hi - lo));
   }
+}
+
+/// XOR of the n 64-bit words at src, one contiguous piece per thread: a read of every byte and
+/// no write (integer XOR may be reordered, so the loop is vectorised).
+std::uint64_t read_loop(const std::uint64_t* src, long n) {
+  std::uint64_t total = 0;
+#pragma omp parallel reduction(^ : total)
+  {
+#ifdef _OPENMP
+    const long t = omp_get_thread_num(), nt = omp_get_num_threads();
+#else
+    const long t = 0, nt = 1;
+#endif
+    std::uint64_t acc = 0;
+    for (long i = n * t / nt, hi = n * (t + 1) / nt; i < hi; ++i) acc ^= src[i];
+    total ^= acc;
+  }
+  return total;
 }
 
 /// Throws ShapeError unless the shape is one routing can run and repeats ≥ 1.
@@ -115,10 +134,23 @@ double cpu_step_routing_bytes(int L, int P, int d, int H) {
   return cpu_stack_forward_bytes(2 * L + 1, P, d, H) + cpu_stack_backward_bytes(2 * L + 1, P, d, H);
 }
 
+double cpu_step_routing_written_bytes(int L, int P, int d) {
+  return 4.0 * 2.0 * (2.0 * L + 1.0) * double(P) * d;
+}
+
 double cpu_copy_gbps(long floats, int repeats) {
   std::vector<float> src(static_cast<std::size_t>(floats), 1.0f), dst(src.size());
   const double ms = best_ms({[&] { copy_loop(dst.data(), src.data(), floats); }}, repeats)[0];
   return 8.0 * static_cast<double>(floats) / (ms * 1e6);
+}
+
+double cpu_read_gbps(long bytes, int repeats) {
+  const long n = bytes / 8;
+  std::vector<std::uint64_t> src(static_cast<std::size_t>(n));
+  for (long i = 0; i < n; ++i) src[i] = static_cast<std::uint64_t>(i) * 0x9E3779B97F4A7C15ULL;
+  volatile std::uint64_t sink = 0;  // the XOR is used, so the reads stay
+  const double ms = best_ms({[&] { sink = sink ^ read_loop(src.data(), n); }}, repeats)[0];
+  return 8.0 * static_cast<double>(n) / (ms * 1e6);
 }
 
 std::vector<CpuRoutingRow> bench_routing_cpu(int N, int P, int d, int H, int repeats,

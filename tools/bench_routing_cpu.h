@@ -57,10 +57,18 @@ double cpu_stack_backward_bytes(int n, int P, int d, int H);
 /// Bytes the routing of one training step moves: the stack forward and backward (formulas
 /// above) over the 2L + 1 sites of an attnres or mhar model, P = batch · T positions.
 double cpu_step_routing_bytes(int L, int P, int d, int H);
+/// Of cpu_step_routing_bytes, the bytes written: each site's output in the forward and each
+/// source's gradient in the backward, 4 · 2 · (2L + 1) · P · d (α and the logits, about 1/K of
+/// the sources, are counted as read). The rest is read.
+double cpu_step_routing_written_bytes(int L, int P, int d);
 
 /// GB/s (read and write bytes, as for "copy" above) of the copy loop over two buffers of `floats`
 /// floats each on the current OpenMP threads: the fastest of `repeats` calls after a warm-up.
 double cpu_copy_gbps(long floats, int repeats);
+/// GB/s (bytes read) of a read-only loop over one buffer of `bytes` bytes on the current OpenMP
+/// threads (every 64-bit word XORed into one, nothing written): the fastest of `repeats` calls
+/// after a warm-up. The routing mostly reads, so this, not the copy's rate, is its limit.
+double cpu_read_gbps(long bytes, int repeats);
 
 /**
  * @brief For each thread count in `threads`: times the copy loop and both versions' forward

@@ -175,9 +175,13 @@ std::vector<double> print_step_table(const std::vector<Config>& configs,
 /// of a copy too large for the caches (64 MiB a buffer; the step's activations do not fit either),
 /// measured now on the same threads, and the mhar ÷ residual ratio that would give. An estimate,
 /// not a bound: some sources are still in cache when a site reads them, and the step's medians
-/// carry the machine's noise.
+/// carry the machine's noise. Then the same at the speed of a 64 MiB read, for the bytes read
+/// (most of them: the routing writes only each site's output and each source's gradient), the
+/// written ones at copy speed, each also read first as a copy's are: what memory allows a
+/// routing whose sources and douts all come from memory.
 void print_routing_floor(const Config& mhar, int batch, double residual_s, int repeats) {
-  const double bytes = cpu_step_routing_bytes(mhar.L, batch * mhar.T, mhar.d, mhar.route_heads());
+  const int P = batch * mhar.T;
+  const double bytes = cpu_step_routing_bytes(mhar.L, P, mhar.d, mhar.route_heads());
   const double gbps = cpu_copy_gbps(16L << 20, repeats);
   const double ms = bytes / (gbps * 1e6);
   fmt::print(
@@ -185,6 +189,15 @@ void print_routing_floor(const Config& mhar, int batch, double residual_s, int r
       "{} sites, docs/kernels.md); a 64 MiB copy ran at {:.1f} GB/s, so that is {:.1f} ms, "
       "mhar ÷ residual ≈ {:.3f}× if every byte came from memory\n",
       bytes / 1e6, 2 * mhar.L + 1, gbps, ms, 1.0 + ms / (residual_s * 1e3));
+  const double written = cpu_step_routing_written_bytes(mhar.L, P, mhar.d);
+  const double read_gbps = cpu_read_gbps(64L << 20, repeats);
+  const double read_ms = (bytes - written) / (read_gbps * 1e6) + 2.0 * written / (gbps * 1e6);
+  fmt::print(
+      "routing at read speed: of those, {:.1f} MB are read and {:.1f} MB written; a 64 MiB read "
+      "ran at {:.1f} GB/s, so with the writes at copy speed that is {:.1f} ms, mhar ÷ residual ≈ "
+      "{:.3f}× if every byte came from memory\n",
+      (bytes - written) / 1e6, written / 1e6, read_gbps, read_ms,
+      1.0 + read_ms / (residual_s * 1e3));
 }
 
 /// residual, attnres, mhar variants of `base`, validated.

@@ -629,6 +629,8 @@ TEST_CASE("bench step --device cpu times each mode and what routing at copy spee
   CHECK(mhar::toy::cpu_stack_forward_bytes(3, 8, 4, 2) == 1536.0);
   CHECK(mhar::toy::cpu_stack_backward_bytes(3, 8, 4, 2) == 2688.0);
   CHECK(mhar::toy::cpu_step_routing_bytes(1, 8, 4, 2) == 1536.0 + 2688.0);
+  // written: each of the 3 sites' outputs and each of the 3 sources' gradients, 4·2·3·8·4 = 768
+  CHECK(mhar::toy::cpu_step_routing_written_bytes(1, 8, 4) == 768.0);
   const Result r =
       toy("bench step --device cpu --d 16 -L 1 --n-head 2 --n-kv-head 1 --ffn 16 -T 8 -B 2 "
           "-H 2 --repeats 1 --threads 1");
@@ -640,6 +642,11 @@ TEST_CASE("bench step --device cpu times each mode and what routing at copy spee
   CHECK_THAT(r.out, Contains(fmt::format("mhar's routing moves {:.1f} MB a step",
                                          mhar::toy::cpu_step_routing_bytes(1, 16, 16, 2) / 1e6)));
   CHECK_THAT(r.out, Contains("a 64 MiB copy ran at"));
+  const double moved = mhar::toy::cpu_step_routing_bytes(1, 16, 16, 2);
+  const double written = mhar::toy::cpu_step_routing_written_bytes(1, 16, 16);
+  CHECK_THAT(r.out, Contains(fmt::format("\nrouting at read speed: of those, {:.1f} MB are read "
+                                         "and {:.1f} MB written; a 64 MiB read ran at ",
+                                         (moved - written) / 1e6, written / 1e6)));
   // Each routed mode's ratio round by round, on a line no reader of the rows mistakes for one.
   for (const std::string mode : {"attnres", "mhar"})
     CHECK_THAT(r.out, Contains("\nround by round, " + mode + " ÷ residual: median "));
