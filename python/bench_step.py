@@ -13,7 +13,9 @@ second one.
 --rounds repeats the whole set, the configurations interleaved (round 1: every depth and mode,
 then round 2, …), so that a change of load hits every mode. ms/step is the median of all timed
 steps of a configuration, peak RSS the largest of its rounds; below the table, each round's own
-ratio of a mode to the first mode, which a slow stretch of the machine moves less.
+ratio of a mode to the first mode, which a slow stretch of the machine moves less. A last line
+gives the speed of a 64 MiB copy and read, measured before each round: the routing is bound by
+memory, so mhar ÷ residual rises where this machine's memory is slow.
 
     python3 python/bench_step.py --modes residual,mhar --layers 6,12,24 --d 256 -T 256 -B 4 \\
         --threads 1 --rounds 3
@@ -157,9 +159,9 @@ def load_package(pkg: Optional[str], k: int):
     return mod
 
 
-def one_process(a: argparse.Namespace, configs: list) -> Optional[dict]:
+def one_process(a: argparse.Namespace, configs: list, speeds: List[tuple]) -> Optional[dict]:
     """--one-process: every configuration in this process, one step of each in turn, rounds ×
-    repeats times, so that each step's neighbours in time are the other configurations' steps
+    repeats times (memory_speed appended to `speeds` before every `repeats` of them), so that each step's neighbours in time are the other configurations' steps
     (no process-to-process difference: page placement, the allocator's state). Peak RSS is the
     whole process's, so it is not reported. Returns the runs as run_child's results."""
     import torch
@@ -174,7 +176,9 @@ def one_process(a: argparse.Namespace, configs: list) -> Optional[dict]:
             return None
         steps[(L, pkg, mode)] = made
     times = {c: [] for c in configs}
-    for _ in range(a.rounds * a.repeats):
+    for k in range(a.rounds * a.repeats):
+        if k % a.repeats == 0:
+            speeds.append(memory_speed(a.threads))
         for c in configs:
             times[c].append(steps[c][0]())
     info = {"torch": torch.__version__, "threads": torch.get_num_threads(), "malloc": malloc,
@@ -182,6 +186,41 @@ def one_process(a: argparse.Namespace, configs: list) -> Optional[dict]:
     return {c: [dict(info, times=[t], routing=steps[c][1],
                      package=os.path.dirname(mods[c[1]].__file__)) for t in times[c]]
             for c in configs}
+
+
+def memory_speed(threads: int) -> tuple:
+    """(copy GB/s counting read + write bytes, read GB/s) of torch on 64 MiB buffers, too large
+    for the caches, on `threads` threads (0: torch's default): the fastest of 5 each. The
+    routing's passes are bound by memory and the matrix products mostly are not, so a stretch
+    where this machine's memory is slower (a neighbour streaming) raises mhar ÷ residual; this
+    line, measured between the rounds, lets a reader see that."""
+    import torch
+    if threads > 0:
+        torch.set_num_threads(threads)
+    src = torch.ones(16 << 20)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    src.sum()
+    copy = read = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        copy = min(copy, time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        src.sum()
+        read = min(read, time.perf_counter() - t0)
+    size = src.numel() * src.element_size()
+    return 2 * size / copy / 1e9, size / read / 1e9
+
+
+def print_memory(speeds: List[tuple], threads: int) -> None:
+    """The memory line: the speeds measured before each round, as median and range."""
+    def span(xs):
+        return "%.1f GB/s (%.1f–%.1f)" % (statistics.median(xs), min(xs), max(xs))
+    print("memory, before each of %d rounds (torch, %s): a 64 MiB copy %s counting read + write, "
+          "a 64 MiB read %s" % (len(speeds), "%d thread%s" % (threads, "" if threads == 1 else "s")
+                                if threads > 0 else "default threads",
+                                span([c for c, _ in speeds]), span([r for _, r in speeds])))
 
 
 def run_child(argv: List[str], package: Optional[str], L: str, mode: str) -> Optional[dict]:
@@ -219,7 +258,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     modes, depths, packages = a.modes.split(","), a.layers.split(","), a.package_dir or [None]
     configs = [(L, pkg, m) for L in depths for pkg in packages for m in modes]
-    runs = one_process(a, configs) if a.one_process else in_processes(a, argv, configs)
+    speeds: List[tuple] = []
+    runs = (one_process(a, configs, speeds) if a.one_process
+            else in_processes(a, argv, configs, speeds))
     if runs is None:
         return 2
     info = runs[configs[0]][0]
@@ -249,14 +290,18 @@ def main(argv: Optional[List[str]] = None) -> int:
                     L, "[%d]" % (k + 1), mode, rs[0]["routing"], 1e3 * t, 1 / t, t / first[0],
                     mem))
     print_round_ratios(runs, depths, packages, modes)
+    print_memory(speeds, a.threads)
     return 0
 
 
-def in_processes(a: argparse.Namespace, argv: List[str], configs: list) -> Optional[dict]:
+def in_processes(a: argparse.Namespace, argv: List[str], configs: list,
+                 speeds: List[tuple]) -> Optional[dict]:
     """Each configuration in a fresh process per round, the rounds interleaved (round 1: every
-    depth and mode, then round 2, …). Returns {config: [run_child's result per round]}."""
+    depth and mode, then round 2, …), memory_speed appended to `speeds` before each round.
+    Returns {config: [run_child's result per round]}."""
     runs = {c: [] for c in configs}
     for _ in range(a.rounds):
+        speeds.append(memory_speed(a.threads))
         for L, pkg, mode in configs:
             r = run_child(argv, pkg, L, mode)
             if r is None:

@@ -4,6 +4,7 @@ its own process: mallopt changes the whole process)."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -64,7 +65,7 @@ def test_bench_step_prints_time_and_peak_memory():
     lines = p.stdout.splitlines()
     assert "malloc: keep" in lines[0] and "after 3 warm-up steps" in lines[0]
     assert "peak RSS MiB" in lines[2]
-    table = [r for r in lines[3:] if not r.startswith("round by round")]
+    table = [r for r in lines[3:] if not r.startswith(("round by round", "memory, "))]
     rows = {r.split()[2]: r.split() for r in table}
     assert set(rows) == {"residual", "mhar"}
     rounds = [r for r in lines if r.startswith("round by round, L 2 [1] mhar ÷ residual: median ")]
@@ -72,6 +73,18 @@ def test_bench_step_prints_time_and_peak_memory():
     assert rows["mhar"][3] == "fast" and rows["residual"][3] == "-"
     for r in rows.values():  # L pkg mode routing ms/step steps/s ÷ RSS ÷
         assert float(r[4]) > 0 and float(r[7]) > 0, r
+    assert_memory_line(lines[-1], 2)
+
+
+def assert_memory_line(line: str, rounds: int) -> None:
+    """The last line: the copy and read speeds measured before each round, median and range,
+    each a positive number with the median inside its range."""
+    head = "memory, before each of %d rounds (torch, 1 thread): a 64 MiB copy " % rounds
+    assert line.startswith(head), line
+    spans = re.findall(r"([0-9.]+) GB/s \(([0-9.]+)–([0-9.]+)\)", line)
+    assert len(spans) == 2 and "counting read + write, a 64 MiB read" in line, line
+    for med, lo, hi in spans:
+        assert 0 < float(lo) <= float(med) <= float(hi), line
 
 
 def test_bench_step_one_process_two_packages(tmp_path):
@@ -93,13 +106,14 @@ def test_bench_step_one_process_two_packages(tmp_path):
     lines = p.stdout.splitlines()
     assert "one process" in lines[0] and "malloc: keep" in lines[0]
     assert lines[2].endswith(os.path.join(str(other), "mhar_torch"))
-    table = [r.split() for r in lines[4:] if not r.startswith("round by round")]
+    table = [r.split() for r in lines[4:] if not r.startswith(("round by round", "memory, "))]
     assert [(r[1], r[2]) for r in table] == [("[1]", "residual"), ("[1]", "mhar"),
                                             ("[2]", "residual"), ("[2]", "mhar")]
     for r in table:  # L pkg mode routing ms/step steps/s ÷ - -
         assert float(r[4]) > 0 and r[7:] == ["-", "-"], r
     rounds = [r for r in lines if r.startswith("round by round, L 2 [2] mhar ÷ residual")]
     assert len(rounds) == 1 and rounds[0].endswith("(4 rounds)"), lines
+    assert_memory_line(lines[-1], 2)
     bad = subprocess.run(cmd[:-1] + [str(tmp_path)], env=env, capture_output=True, text=True,
                          timeout=120)
     assert bad.returncode == 2 and "holds no mhar_torch package" in bad.stderr
