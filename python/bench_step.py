@@ -161,8 +161,9 @@ def load_package(pkg: Optional[str], k: int):
 
 def one_process(a: argparse.Namespace, configs: list, speeds: List[tuple]) -> Optional[dict]:
     """--one-process: every configuration in this process, one step of each in turn, rounds ×
-    repeats times (memory_speed appended to `speeds` before every `repeats` of them), so that each step's neighbours in time are the other configurations' steps
-    (no process-to-process difference: page placement, the allocator's state). Peak RSS is the
+    repeats times, so that each step's neighbours in time are the other configurations' steps
+    (no process-to-process difference: page placement, the allocator's state). memory_speed is
+    appended to `speeds` before each round (every `repeats` steps of each). Peak RSS is the
     whole process's, so it is not reported. Returns the runs as run_child's results."""
     import torch
     mods = {pkg: load_package(pkg, k) for k, pkg in enumerate(dict.fromkeys(c[1] for c in configs))}
@@ -192,8 +193,8 @@ def memory_speed(threads: int) -> tuple:
     """(copy GB/s counting read + write bytes, read GB/s) of torch on 64 MiB buffers, too large
     for the caches, on `threads` threads (0: torch's default): the fastest of 5 each. The
     routing's passes are bound by memory and the matrix products mostly are not, so a stretch
-    where this machine's memory is slower (a neighbour streaming) raises mhar ÷ residual; this
-    line, measured between the rounds, lets a reader see that."""
+    where this machine's memory is slower (a neighbour streaming) raises mhar ÷ residual;
+    print_memory's line, measured between the rounds, lets a reader see that."""
     import torch
     if threads > 0:
         torch.set_num_threads(threads)
