@@ -1,10 +1,16 @@
 /**
  * @file cli_common.cpp
- * @brief cli_common.h: the flag validators, the model-shape flags, --format and --cuda-sync.
+ * @brief cli_common.h: the flag validators, the model-shape flags, --format, --cuda-sync and
+ *        the message for unexpected arguments.
  */
 #include "cli_common.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "errors.h"
 
@@ -93,6 +99,20 @@ std::vector<io::Format> parse_format_flag(const std::string& list) {
   } catch (const std::invalid_argument& e) {
     throw UsageError(std::string("--format: ") + e.what());
   }
+}
+
+std::string unexpected_arguments(const CLI::App& app, const std::vector<std::string>& typed) {
+  std::vector<std::string> left = app.remaining(true);
+  std::vector<std::string> in_order;
+  for (const std::string& arg : typed) {
+    const auto it = std::find(left.begin(), left.end(), arg);
+    if (it == left.end()) continue;
+    in_order.push_back(arg);
+    left.erase(it);
+  }
+  in_order.insert(in_order.end(), left.begin(), left.end());  // none expected; never drop one
+  return fmt::format("unexpected {} {}", in_order.size() == 1 ? "argument" : "arguments",
+                     fmt::join(in_order, " "));
 }
 
 }  // namespace mhar::toy

@@ -8,6 +8,8 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "figures.h"
 #include "model.h"
@@ -25,6 +27,11 @@ const CLI::Validator& positive();
 /// A number ≥ 0 (0 usually means "off", "all" or "the default": each flag's help says which).
 const CLI::Validator& non_negative();
 /// @}
+
+/// What a CLI::ExtrasError leaves in `app` (its subcommands included), in the order of `typed`,
+/// the arguments as the user gave them: "unexpected arguments --modes residual". CLI11's own
+/// message lists them back to front ("residual --modes").
+std::string unexpected_arguments(const CLI::App& app, const std::vector<std::string>& typed);
 
 /// Adds --mode, --heads, --d, --layers, --n-head, --n-kv-head, --ffn, --seq-len, --blocks.
 void add_model_flags(CLI::App& cmd, Config& cfg, std::string& mode);

@@ -122,6 +122,11 @@ PassedOn pass_through(const std::vector<std::string>& extras) {
   std::vector<std::string> args(extras.rbegin(), extras.rend());  // CLI11 reads from the back
   try {
     parser.parse(args);
+  } catch (const CLI::ExtrasError&) {
+    throw UsageError(fmt::format(
+        "sweep: {}, taken neither by the sweep nor by train (mhar-toy sweep --help, mhar-toy "
+        "train --help)",
+        unexpected_arguments(parser, extras)));
   } catch (const CLI::ParseError& e) {
     throw UsageError(fmt::format("sweep: a flag passed to train is not valid: {}", e.what()));
   }

@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <new>
+#include <string>
 #include <system_error>
 #include <vector>
 
@@ -33,6 +34,23 @@ int exit_code_of(const std::error_code& ec) {
   for (std::errc e : usage)
     if (ec == e) return mhar::toy::kUsage;
   return mhar::toy::kFailure;
+}
+
+/// The subcommands given on the command line, outermost first ("train"), or "" where none was.
+std::string command_path(const CLI::App& app) {
+  std::string path;
+  for (const CLI::App* a = &app; !a->get_subcommands().empty(); a = a->get_subcommands().front())
+    path += (path.empty() ? "" : " ") + a->get_subcommands().front()->get_name();
+  return path;
+}
+
+/// A usage error for arguments that no option or subcommand took, naming the subcommand.
+int refuse_extras(const CLI::App& app, int argc, char** argv) {
+  const std::string cmd = command_path(app).empty() ? "mhar-toy" : "mhar-toy " + command_path(app);
+  fmt::print(stderr, "mhar-toy: error: {}: {} (every flag: {} --help)\n", cmd,
+             mhar::toy::unexpected_arguments(app, std::vector<std::string>(argv + 1, argv + argc)),
+             cmd);
+  return mhar::toy::kUsage;
 }
 
 }  // namespace
@@ -65,6 +83,8 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
+  } catch (const CLI::ExtrasError&) {
+    return refuse_extras(app, argc, argv);
   } catch (const CLI::ParseError& e) {
     app.exit(e);
     return kUsage;

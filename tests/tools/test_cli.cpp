@@ -325,6 +325,12 @@ TEST_CASE("bad input gets a clear message and exit code 2", "[cli][bad-input]") 
        "cannot create the output directory"},
       {"train --steps", "--steps"},
       {"train --bogus-flag", "bogus"},
+      // named with the subcommand, in the order typed (CLI11's own text: "residual --modes")
+      {"bench step --modes residual",
+       "mhar-toy: error: mhar-toy bench: unexpected arguments --modes residual (every flag: "
+       "mhar-toy bench --help)"},
+      {"train --bogus 1 two", "mhar-toy train: unexpected arguments --bogus 1 two"},
+      {"eval a b", "mhar-toy eval: unexpected argument b (every flag: mhar-toy eval --help)"},
       {"eval " + (d / "trunc").string(), "truncated"},
       {"eval " + (d / "corrupt").string(), "cannot load checkpoint"},
       {"eval " + (d / "nowhere").string(), "cannot load checkpoint"},
@@ -481,7 +487,10 @@ TEST_CASE("sweep: a bad grid is refused before any run starts", "[cli][sweep]") 
       {"sweep --modes residual,mha --widths 32" + out, "unknown residual mode 'mha'"},
       {"sweep --widths 32,abc" + out, "--widths: 'abc' is not an integer"},
       {"sweep --modes attnres --widths 30" + out, "n_head = 4 must divide d = 30"},
-      {"sweep --modes attnres --widths 32 --stpes 5" + out, "a flag passed to train is not valid"},
+      {"sweep --modes attnres --widths 32 --stpes 5" + out,
+       "sweep: unexpected arguments --stpes 5, taken neither by the sweep nor by train"},
+      {"sweep --modes attnres --widths 32 --steps 0" + out,
+       "a flag passed to train is not valid: --steps: must be positive, got 0"},
       {"sweep --modes attnres --widths 32 --d 16" + out, "--d is set by the sweep"},
       {"sweep --modes attnres --widths 32", "--out DIR is required"},
   };
