@@ -36,17 +36,17 @@ int exit_code_of(const std::error_code& ec) {
   return mhar::toy::kFailure;
 }
 
-/// The subcommands given on the command line, outermost first ("train"), or "" where none was.
-std::string command_path(const CLI::App& app) {
-  std::string path;
+/// "mhar-toy" and the subcommand given on the command line, if any: "mhar-toy train".
+std::string command_name(const CLI::App& app) {
+  std::string name = "mhar-toy";
   for (const CLI::App* a = &app; !a->get_subcommands().empty(); a = a->get_subcommands().front())
-    path += (path.empty() ? "" : " ") + a->get_subcommands().front()->get_name();
-  return path;
+    name += " " + a->get_subcommands().front()->get_name();
+  return name;
 }
 
 /// A usage error for arguments that no option or subcommand took, naming the subcommand.
 int refuse_extras(const CLI::App& app, int argc, char** argv) {
-  const std::string cmd = command_path(app).empty() ? "mhar-toy" : "mhar-toy " + command_path(app);
+  const std::string cmd = command_name(app);
   fmt::print(stderr, "mhar-toy: error: {}: {} (every flag: {} --help)\n", cmd,
              mhar::toy::unexpected_arguments(app, std::vector<std::string>(argv + 1, argv + argc)),
              cmd);
