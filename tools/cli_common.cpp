@@ -1,7 +1,7 @@
 /**
  * @file cli_common.cpp
  * @brief cli_common.h: the flag validators, the model-shape flags, --format, --cuda-sync and
- *        the message for unexpected arguments.
+ *        the messages for unexpected arguments and other parse errors.
  */
 #include "cli_common.h"
 
@@ -113,6 +113,21 @@ std::string unexpected_arguments(const CLI::App& app, const std::vector<std::str
   in_order.insert(in_order.end(), left.begin(), left.end());  // none expected; never drop one
   return fmt::format("unexpected {} {}", in_order.size() == 1 ? "argument" : "arguments",
                      fmt::join(in_order, " "));
+}
+
+std::string parse_error_words(const CLI::App& cmd, const CLI::ParseError& e) {
+  const std::string what = e.what();
+  if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) != nullptr) {
+    // CLI11 2.1 says "<flag>: <n> required <TYPE> missing" when a flag ends the line
+    const std::size_t colon = what.find(": ");
+    if (colon != std::string::npos && what.ends_with(" missing"))
+      return what.substr(0, colon) + " needs a value";
+  } else if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr) {
+    for (const CLI::Option* o : cmd.get_options())  // CLI11: "<name> is required"
+      if (o->get_positional() && what == o->get_name() + " is required")
+        return fmt::format("missing the {} argument: {}", o->get_name(), o->get_description());
+  }
+  return what;
 }
 
 }  // namespace mhar::toy

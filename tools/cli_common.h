@@ -33,6 +33,13 @@ const CLI::Validator& non_negative();
 /// message lists them back to front ("residual --modes").
 std::string unexpected_arguments(const CLI::App& app, const std::vector<std::string>& typed);
 
+/// Any other parse error of `cmd` (the subcommand whose flags were being read) in our words, for
+/// the message "mhar-toy: error: <command>: <words> (…)": a flag given without its value is
+/// "--heads needs a value" (CLI11: "--heads: 1 required INT:NONNEGATIVE missing"), a missing
+/// positional argument "missing the ckpt argument: <its help>"; a refused value keeps the
+/// validator's words ("--steps: must be positive, got 0").
+std::string parse_error_words(const CLI::App& cmd, const CLI::ParseError& e);
+
 /// Adds --mode, --heads, --d, --layers, --n-head, --n-kv-head, --ffn, --seq-len, --blocks.
 void add_model_flags(CLI::App& cmd, Config& cfg, std::string& mode);
 /// The config those flags describe, validated; throws UsageError (exit 2) naming what is wrong.

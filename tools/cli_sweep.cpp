@@ -128,7 +128,8 @@ PassedOn pass_through(const std::vector<std::string>& extras) {
         "train --help)",
         unexpected_arguments(parser, extras)));
   } catch (const CLI::ParseError& e) {
-    throw UsageError(fmt::format("sweep: a flag passed to train is not valid: {}", e.what()));
+    throw UsageError(fmt::format("sweep: a flag passed to train is not valid: {}",
+                                 parse_error_words(parser, e)));
   }
   for (const char* own : {"--mode", "--d", "--heads", "--ffn", "--seed", "--threads"})
     if (parser.get_option(own)->count() > 0)

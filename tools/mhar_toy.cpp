@@ -5,6 +5,7 @@
  * Exit codes: see errors.h (0 ok, 1 failure, 2 usage, 3 diverged, 4 unavailable, 130 interrupted).
  */
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <malloc.h>
 
 #include <CLI/CLI.hpp>
@@ -36,6 +37,14 @@ int exit_code_of(const std::error_code& ec) {
   return mhar::toy::kFailure;
 }
 
+/// The subcommand given on the command line, down to the last one named ("bench", then "step"
+/// if bench had subcommands), or the app itself when none was.
+const CLI::App& deepest(const CLI::App& app) {
+  const CLI::App* a = &app;
+  while (!a->get_subcommands().empty()) a = a->get_subcommands().front();
+  return *a;
+}
+
 /// "mhar-toy" and the subcommand given on the command line, if any: "mhar-toy train".
 std::string command_name(const CLI::App& app) {
   std::string name = "mhar-toy";
@@ -44,13 +53,26 @@ std::string command_name(const CLI::App& app) {
   return name;
 }
 
-/// A usage error for arguments that no option or subcommand took, naming the subcommand.
-int refuse_extras(const CLI::App& app, int argc, char** argv) {
+/// A usage error in our words, naming the subcommand and where its flags are listed (exit 2):
+/// "mhar-toy: error: mhar-toy train: --heads needs a value (every flag: mhar-toy train --help)".
+int refuse(const CLI::App& app, const std::string& words) {
   const std::string cmd = command_name(app);
-  fmt::print(stderr, "mhar-toy: error: {}: {} (every flag: {} --help)\n", cmd,
-             mhar::toy::unexpected_arguments(app, std::vector<std::string>(argv + 1, argv + argc)),
-             cmd);
+  if (&deepest(app) == &app)
+    fmt::print(stderr, "mhar-toy: error: {} (mhar-toy --help)\n", words);
+  else
+    fmt::print(stderr, "mhar-toy: error: {}: {} (every flag: {} --help)\n", cmd, words, cmd);
   return mhar::toy::kUsage;
+}
+
+/// No command given, or a first word that is not one (nor --help or --version): name the commands.
+int refuse_command(const CLI::App& app, int argc, char** argv) {
+  std::vector<std::string> names;
+  for (const CLI::App* s : app.get_subcommands([](const CLI::App*) { return true; }))
+    names.push_back(s->get_name());
+  const std::string list = fmt::format("{}", fmt::join(names, ", "));
+  if (argc > 1)
+    return refuse(app, fmt::format("'{}' is not a command; the commands: {}", argv[1], list));
+  return refuse(app, fmt::format("a command is required: {}", list));
 }
 
 }  // namespace
@@ -83,11 +105,13 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
-  } catch (const CLI::ExtrasError&) {
-    return refuse_extras(app, argc, argv);
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return kUsage;
+  } catch (const CLI::ExtrasError&) {  // CLI11 names them back to front: in the order typed
+    return refuse(app, unexpected_arguments(app, std::vector<std::string>(argv + 1, argv + argc)));
+  } catch (const CLI::RequiredError& e) {
+    if (&deepest(app) == &app) return refuse_command(app, argc, argv);
+    return refuse(app, parse_error_words(deepest(app), e));
+  } catch (const CLI::ParseError& e) {  // in our words, never CLI11's "Run with --help …"
+    return refuse(app, parse_error_words(deepest(app), e));
   }
   try {
     for (const auto& s : subs)
