@@ -341,14 +341,24 @@ def _block_top(stack: "_Buffers", top: int, rows: List[int]) -> None:
         douts = stack.dbuf[rows]
     Dv = douts.view(m, PH, K).transpose(0, 1)  # PH × m × K
     a = torch.bmm(Dv, stack.buf[j0:top + 1].view(b, PH, K).permute(1, 2, 0))  # PH × m × b
-    al = torch.stack([stack.alpha[s][j0:top + 1] for s in rows], dim=-1).view(b, PH, m)
-    V = torch.bmm(al.transpose(0, 1), Dv)  # PH × b × K
+    # α_{s,j} as PH × m × b: stacked m × b × PH, then one transposing copy (_by_position)
+    al = _by_position(torch.stack([stack.alpha[s][j0:top + 1] for s in rows])).view(PH, m, b)
+    V = torch.bmm(al.transpose(1, 2), Dv)  # PH × b × K
     D = torch.stack([stack.D[s] for s in rows]).view(m, PH).t()  # PH × m
-    dz = a.sub_(D.unsqueeze(-1)).mul_(al.permute(1, 2, 0))  # PH × m × b
-    dz = dz.permute(2, 1, 0).contiguous().view(b, m, P, H)  # one copy: slot, site, P × H
+    dz = a.sub_(D.unsqueeze(-1)).mul_(al)  # PH × m × b
+    dz = dz.view(PH, m * b).t().contiguous().view(m, b, P, H)  # back: site, slot, P × H
     for j in range(j0, top + 1):
         stack.early[j] = (V[:, j - j0].contiguous().view(P, H, K),
-                          {s: dz[j - j0, n] for n, s in enumerate(rows)})
+                          {s: dz[n, j - j0] for n, s in enumerate(rows)})
+
+
+def _by_position(x: Tensor) -> Tensor:
+    """x [..., P, H] (its leading dimensions flattened to R) as PH × R, contiguous: one 2-D
+    transposing copy. Stacking the R pieces along a new last dimension instead writes each
+    element R apart, which ran about 5× slower (R = 384: 4.0 against 0.9 ms; AMD EPYC Zen 5,
+    one thread)."""
+    PH = x.shape[-1] * x.shape[-2]
+    return x.reshape(-1, PH).t().contiguous()
 
 
 def _pair(stack: "_Buffers", s: int, i: int, dout: Tensor, acc: Optional[Tensor],
@@ -416,18 +426,18 @@ def _lead_block(stack: "_Buffers", site: int, shape):
     output is C_site / l'_site. Returns (out, α) and leaves each follower's carry."""
     N0, P, H, K = site + 1, stack.P, stack.heads, shape[-1]
     b, PH = min(stack.block, len(stack.sites) - site), stack.P * stack.heads
-    # z_{t,i} for the b sites t and the N₀ slots i: b × P × H × N₀ (slot i's readers are the
+    # z_{t,i} for the N₀ slots i and the b sites t: N₀ × b × P × H (slot i's readers are the
     # sites i, i + 1, …, so its rows for t = site … site + b − 1 are one slice)
     Z = torch.stack([stack.rms[i][:, None] * stack.kp[i][site - i:site - i + b]
-                     for i in range(N0)], dim=-1)
-    mx = Z.amax(dim=-1)  # b × P × H
-    E = torch.exp(Z - mx.unsqueeze(-1))
-    lsum = E.sum(dim=-1)
-    C = torch.bmm(E.view(b, PH, N0).transpose(0, 1),
-                  stack.buf[:N0].view(N0, PH, K).transpose(0, 1))  # PH × b × K
+                     for i in range(N0)])
+    mx = Z.amax(dim=0)  # b × P × H
+    E = torch.exp(Z - mx)
+    lsum = E.sum(dim=0)
+    Et = _by_position(E).view(PH, N0, b).transpose(1, 2)  # PH × b × N₀
+    C = torch.bmm(Et, stack.buf[:N0].view(N0, PH, K).transpose(0, 1))  # PH × b × K
     for t in range(1, b):
-        stack.carry[site + t] = (C[:, t].view(shape), mx[t], lsum[t], Z[t].permute(2, 0, 1))
-    alpha = (E[0] / lsum[0].unsqueeze(-1)).permute(2, 0, 1).contiguous()  # N₀ × P × H
+        stack.carry[site + t] = (C[:, t].view(shape), mx[t], lsum[t], Z[:, t])
+    alpha = E[:, 0] / lsum[0]  # N₀ × P × H
     out = torch.empty(shape, dtype=C.dtype, device=C.device)
     torch.div(C[:, 0].view(shape), lsum[0].unsqueeze(-1), out=out)
     return out, alpha
