@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,8 @@ namespace mhar::toy {
 namespace {
 
 /// A validator that parses the value as a double and accepts it when ok(value).
-CLI::Validator number_where(bool (*ok)(double), const std::string& name, const std::string& need) {
+CLI::Validator number_where(std::function<bool(double)> ok, const std::string& name,
+                            const std::string& need) {
   return CLI::Validator(
       [ok, need](std::string& input) -> std::string {
         double v = 0;
@@ -51,6 +53,12 @@ const CLI::Validator& non_negative() {
   static const CLI::Validator v =
       number_where([](double x) { return x >= 0; }, "NONNEGATIVE", "must be 0 or positive");
   return v;
+}
+
+CLI::Validator in_range(double lo, double hi, const std::string& type) {
+  return number_where([lo, hi](double x) { return x >= lo && x <= hi; },
+                      fmt::format("{} in [{} - {}]", type, lo, hi),
+                      fmt::format("must be from {} to {}", lo, hi));
 }
 
 void add_cuda_sync_flag(CLI::App& cmd, bool& on) {
@@ -122,6 +130,18 @@ std::string parse_error_words(const CLI::App& cmd, const CLI::ParseError& e) {
     const std::size_t colon = what.find(": ");
     if (colon != std::string::npos && what.ends_with(" missing"))
       return what.substr(0, colon) + " needs a value";
+  } else if (dynamic_cast<const CLI::ConversionError*>(&e) != nullptr) {
+    // CLI11 2.1: "Could not convert: <flag> = <value>", a value its type cannot hold ("2.5" or
+    // "1e20" for an int)
+    const std::string head = "Could not convert: ";
+    const std::size_t eq = what.find(" = ");
+    if (what.starts_with(head) && eq != std::string::npos) {
+      const std::string name = what.substr(head.size(), eq - head.size());
+      const CLI::Option* o = cmd.get_option_no_throw(name);
+      const bool whole = o != nullptr && o->get_type_name().find("INT") != std::string::npos;
+      return fmt::format("{}: '{}' is not {}", name, what.substr(eq + 3),
+                         whole ? "a whole number in range" : "a number");
+    }
   } else if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr) {
     for (const CLI::Option* o : cmd.get_options())  // CLI11: "<name> is required"
       if (o->get_positional() && what == o->get_name() + " is required")

@@ -26,6 +26,10 @@ namespace mhar::toy {
 const CLI::Validator& positive();
 /// A number ≥ 0 (0 usually means "off", "all" or "the default": each flag's help says which).
 const CLI::Validator& non_negative();
+/// A number in [lo, hi], shown in --help as CLI11's Range shows it ("FLOAT in [0 - 1]", type
+/// "FLOAT" or "INT"), refused in our words ("must be from 0 to 1, got 2"), not Range's ("Value 2
+/// not in range 0.000000 to 1.000000").
+CLI::Validator in_range(double lo, double hi, const std::string& type);
 /// @}
 
 /// What a CLI::ExtrasError leaves in `app` (its subcommands included), in the order of `typed`,
@@ -36,8 +40,9 @@ std::string unexpected_arguments(const CLI::App& app, const std::vector<std::str
 /// Any other parse error of `cmd` (the subcommand whose flags were being read) in our words, for
 /// the message "mhar-toy: error: <command>: <words> (…)": a flag given without its value is
 /// "--heads needs a value" (CLI11: "--heads: 1 required INT:NONNEGATIVE missing"), a missing
-/// positional argument "missing the ckpt argument: <its help>"; a refused value keeps the
-/// validator's words ("--steps: must be positive, got 0").
+/// positional argument "missing the ckpt argument: <its help>", a value that its type cannot hold
+/// "--steps: '2.5' is not a whole number in range" (CLI11: "Could not convert: --steps = 2.5");
+/// a refused value keeps the validator's words ("--steps: must be positive, got 0").
 std::string parse_error_words(const CLI::App& cmd, const CLI::ParseError& e);
 
 /// Adds --mode, --heads, --d, --layers, --n-head, --n-kv-head, --ffn, --seq-len, --blocks.

@@ -218,7 +218,7 @@ Subcommand register_sample(CLI::App& app) {
   cmd->add_option("--temperature,-t", o->s.temperature, "softmax temperature (0 = greedy)")
       ->check(non_negative());
   cmd->add_option("--top-k,-k", o->s.top_k, "sample among the k most likely bytes (0 = all)")
-      ->check(CLI::Range(0, 256));
+      ->check(in_range(0, 256, "INT"));
   cmd->add_option("--seed", o->s.seed, "sampling seed");
   cmd->add_flag("--no-cache", o->no_cache,
                 "recompute the whole window for every byte (no decode cache)");
@@ -246,7 +246,7 @@ Subcommand register_eval(CLI::App& app) {
                   "val: the held-out tail (as in training); all: the whole file")
       ->check(CLI::IsMember({"val", "all"}));
   cmd->add_option("--val-fraction", o->val_fraction, "size of the held-out tail")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(in_range(0, 1, "FLOAT"));
   cmd->add_option("--batch,-B", o->batch, "sequences per forward pass")->check(positive());
   cmd->add_option("--max-windows", o->max_windows, "evaluate at most this many windows (0 = all)")
       ->check(non_negative());
@@ -314,7 +314,7 @@ Subcommand register_heatmap(CLI::App& app) {
   cmd->add_option("--out,-o", o->out, "output directory (default <run>/heatmaps/step_<step>)");
   cmd->add_option("--batch,-B", o->batch, "random windows averaged over")->check(positive());
   cmd->add_option("--val-fraction", o->val_fraction, "size of the held-out tail")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(in_range(0, 1, "FLOAT"));
   cmd->add_option("--seed", o->seed, "seed of the windows");
   cmd->add_option("--format", o->formats, "figure formats, comma-separated: png, svg, pdf");
   return {cmd, [o]() -> int {

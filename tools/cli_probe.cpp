@@ -138,7 +138,7 @@ Subcommand register_probe(CLI::App& app) {
   cmd->add_option("--batch-seed", o->batch_seed, "seed of the windows")->capture_default_str();
   cmd->add_option("--val-fraction", o->val_fraction, "size of the held-out tail")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(in_range(0, 1, "FLOAT"));
   cmd->add_option("--slices", o->probe.slices, "contiguous slices of q (must divide d)")
       ->capture_default_str()
       ->check(positive());

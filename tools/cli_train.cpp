@@ -27,7 +27,7 @@ void add_train_options(CLI::App& cmd, TrainOptions& o, std::string& mode) {
   cmd.add_option("--lr", o.lr, "peak learning rate (linear warmup, then cosine)")
       ->check(positive());
   cmd.add_option("--min-lr-ratio", o.min_lr_ratio, "final learning rate as a fraction of --lr")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(in_range(0, 1, "FLOAT"));
   cmd.add_option("--warmup", o.warmup, "warmup steps")->check(non_negative());
   cmd.add_option("--weight-decay", o.weight_decay, "AdamW decoupled weight decay (matrices only)")
       ->check(non_negative());
@@ -40,7 +40,7 @@ void add_train_options(CLI::App& cmd, TrainOptions& o, std::string& mode) {
   cmd.add_option("--device", o.device, "where to train (auto: the GPU when there is one)")
       ->check(CLI::IsMember(kDeviceChoices));
   cmd.add_option("--val-fraction", o.val_fraction, "held-out tail of the data for validation")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(in_range(0, 1, "FLOAT"));
   cmd.add_option("--eval-every", o.eval_every, "validate every N steps")->check(positive());
   cmd.add_option("--eval-batches", o.eval_batches, "batches per validation")->check(positive());
   cmd.add_option("--ckpt-every", o.ckpt_every, "checkpoint every N steps (and at the end)")
