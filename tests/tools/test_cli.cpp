@@ -369,6 +369,17 @@ TEST_CASE("bad input gets a clear message and exit code 2", "[cli][bad-input]") 
   CHECK_FALSE(fs::exists(run));  // nothing was created by the refused runs
 }
 
+TEST_CASE("docs/cli.md quotes a usage error as mhar-toy prints it", "[cli][bad-input]") {
+  const Result r = toy("train --steps");
+  CHECK(r.code == 2);
+  const std::string line = r.out.substr(0, r.out.find('\n'));
+  REQUIRE_FALSE(line.empty());
+  std::ifstream in(MHAR_CLI_DOC);
+  std::stringstream doc;
+  doc << in.rdbuf();
+  CHECK_THAT(doc.str(), Contains("\n" + line + "\n"));
+}
+
 namespace {
 
 /// Rewrites a checkpoint file through `edit` (metadata or tensor data), as a damaged or forged
