@@ -18,17 +18,16 @@ namespace mhar::toy {
 
 /// @name Validators for flags, so that --help shows what each accepts and a wrong value is
 /// refused before anything runs (exit 2): "--steps: must be positive, got 0". Use CLI11's own
-/// IsMember for a list of names and Range for a bounded number; these two replace CLI11 2.1's
-/// PositiveNumber and NonNegativeNumber, whose message prints the limits of a double
-/// ("not in range 0.000000 to 1797693…").
+/// IsMember for a list of names; these three replace CLI11 2.1's PositiveNumber,
+/// NonNegativeNumber and Range, whose messages print the limits as doubles ("Value 2 not in
+/// range 0.000000 to 1.000000").
 /// @{
 /// A number > 0.
 const CLI::Validator& positive();
 /// A number ≥ 0 (0 usually means "off", "all" or "the default": each flag's help says which).
 const CLI::Validator& non_negative();
 /// A number in [lo, hi], shown in --help as CLI11's Range shows it ("FLOAT in [0 - 1]", type
-/// "FLOAT" or "INT"), refused in our words ("must be from 0 to 1, got 2"), not Range's ("Value 2
-/// not in range 0.000000 to 1.000000").
+/// "FLOAT" or "INT"): "--val-fraction: must be from 0 to 1, got 2".
 CLI::Validator in_range(double lo, double hi, const std::string& type);
 /// @}
 
