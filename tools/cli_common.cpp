@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,8 @@ CLI::Validator number_where(std::function<bool(double)> ok, const std::string& n
         std::size_t used = 0;
         try {
           v = std::stod(input, &used);
+        } catch (const std::out_of_range&) {  // 1e999, 1e-999: beyond a double
+          return "'" + input + "' is beyond the range of a double";
         } catch (const std::exception&) {
           return "'" + input + "' is not a number";
         }

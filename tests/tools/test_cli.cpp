@@ -352,6 +352,8 @@ TEST_CASE("bad input gets a clear message and exit code 2", "[cli][bad-input]") 
        "--val-fraction: must be from 0 to 1, got 2"},
       {"train" + kTinyCpu + " --steps 2.5 --out " + run,
        "--steps: '2.5' is not a whole number in range"},
+      {"train" + kTinyCpu + " --lr 1e999 --out " + run,
+       "--lr: '1e999' is beyond the range of a double"},
       {"sample " + (d / "ok").string() + " --threads -1",
        "--threads: must be 0 or positive, got -1"},
       {"heatmap " + (d / "ok").string() + " --batch 0", "--batch: must be positive, got 0"},
