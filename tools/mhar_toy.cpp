@@ -47,10 +47,10 @@ const CLI::App& deepest(const CLI::App& app) {
 
 /// "mhar-toy" and the subcommand given on the command line, if any: "mhar-toy train".
 std::string command_name(const CLI::App& app) {
-  std::string name = "mhar-toy";
-  for (const CLI::App* a = &app; !a->get_subcommands().empty(); a = a->get_subcommands().front())
-    name += " " + a->get_subcommands().front()->get_name();
-  return name;
+  std::string path;
+  for (const CLI::App* a = &deepest(app); a != &app; a = a->get_parent())
+    path = " " + a->get_name() + path;
+  return "mhar-toy" + path;
 }
 
 /// A usage error in our words, naming the subcommand and where its flags are listed (exit 2):
