@@ -512,7 +512,7 @@ Subcommand register_bench(CLI::App& app) {
                          "Measure speed: `bench step` (a training step per mode, CPU or GPU) or "
                          "`bench routing` (the CUDA routing kernels and the GPU step ratio; "
                          "with --device cpu the CPU routing versions)");
-  cmd->add_option("what", o->what, "step | routing")->check(CLI::IsMember({"step", "routing"}));
+  cmd->add_option("what", o->what, "step | routing")->check(one_of({"step", "routing"}));
   add_model_flags(*cmd, o->cfg, o->mode);
   cmd->add_option("--batch,-B", o->batch, "step: sequences per step")->check(positive());
   cmd->add_option("--repeats", o->repeats,
@@ -528,7 +528,7 @@ Subcommand register_bench(CLI::App& app) {
       ->check(non_negative());
   auto* device_opt = cmd->add_option(
       "--device", o->device, "step: cpu | cuda | auto (default cpu); routing: cuda unless given");
-  device_opt->check(CLI::IsMember(kDeviceChoices));
+  device_opt->check(one_of(kDeviceChoices));
   cmd->add_option("--sources,-N", o->N,
                   "routing: sources N (default: the tiny and the paper's 100M shapes)")
       ->check(positive());

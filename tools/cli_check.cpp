@@ -153,7 +153,7 @@ Subcommand register_check(CLI::App& app) {
       ->type_name("FILE");
   cmd->add_option("--benches", o->benches,
                   "the report's benchmarks: all (tiny and paper 100M shapes), tiny, none")
-      ->check(CLI::IsMember({"all", "tiny", "none"}));
+      ->check(one_of({"all", "tiny", "none"}));
   cmd->add_option("--repeats", o->repeats, "the report's benchmarks: timed repetitions")
       ->check(positive());
   add_cuda_sync_flag(*cmd, o->cuda_sync);

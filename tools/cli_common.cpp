@@ -64,6 +64,18 @@ CLI::Validator in_range(double lo, double hi, const std::string& type) {
                       fmt::format("must be from {} to {}", lo, hi));
 }
 
+CLI::Validator one_of(const std::vector<std::string>& names) {
+  std::string allowed;  // "a, b or c"
+  for (std::size_t n = 0; n < names.size(); ++n)
+    allowed += (n == 0 ? "" : n + 1 == names.size() ? " or " : ", ") + names[n];
+  return CLI::Validator(
+      [names, allowed](std::string& input) -> std::string {
+        if (std::find(names.begin(), names.end(), input) != names.end()) return std::string();
+        return "must be " + allowed + ", got '" + input + "'";
+      },
+      fmt::format("{{{}}}", fmt::join(names, ",")));
+}
+
 void add_cuda_sync_flag(CLI::App& cmd, bool& on) {
   cmd.add_flag("--cuda-sync", on,
                "debug: synchronise and check after every CUDA launch, so a fault names its "
@@ -79,7 +91,7 @@ void apply_cuda_sync(bool on) {
 }
 
 void add_model_flags(CLI::App& cmd, Config& cfg, std::string& mode) {
-  cmd.add_option("--mode", mode, "residual mode")->check(CLI::IsMember(mode_names()));
+  cmd.add_option("--mode", mode, "residual mode")->check(one_of(mode_names()));
   cmd.add_option("--heads,-H", cfg.H,
                  "routing heads H (must divide d; 0 = n_kv_head; attnres uses 1)")
       ->check(non_negative());
@@ -146,9 +158,13 @@ std::string parse_error_words(const CLI::App& cmd, const CLI::ParseError& e) {
                          whole ? "a whole number in range" : "a number");
     }
   } else if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr) {
-    for (const CLI::Option* o : cmd.get_options())  // CLI11: "<name> is required"
-      if (o->get_positional() && what == o->get_name() + " is required")
+    for (const CLI::Option* o : cmd.get_options()) {  // CLI11: "<name> is required"
+      if (what != o->get_name() + " is required") continue;
+      if (o->get_positional())
         return fmt::format("missing the {} argument: {}", o->get_name(), o->get_description());
+      return fmt::format("missing {}, which this command needs: {}", o->get_name(),
+                         o->get_description());
+    }
   }
   return what;
 }

@@ -17,10 +17,9 @@
 namespace mhar::toy {
 
 /// @name Validators for flags, so that --help shows what each accepts and a wrong value is
-/// refused before anything runs (exit 2): "--steps: must be positive, got 0". Use CLI11's own
-/// IsMember for a list of names; these three replace CLI11 2.1's PositiveNumber,
-/// NonNegativeNumber and Range, whose messages print the limits as doubles ("Value 2 not in
-/// range 0.000000 to 1.000000").
+/// refused before anything runs (exit 2): "--steps: must be positive, got 0". They replace
+/// CLI11 2.1's PositiveNumber, NonNegativeNumber, Range and IsMember, whose messages are
+/// CLI11's ("Value 2 not in range 0.000000 to 1.000000", "--mode: mha not in {…}").
 /// @{
 /// A number > 0.
 const CLI::Validator& positive();
@@ -29,6 +28,9 @@ const CLI::Validator& non_negative();
 /// A number in [lo, hi], shown in --help as CLI11's Range shows it ("FLOAT in [0 - 1]", type
 /// "FLOAT" or "INT"): "--val-fraction: must be from 0 to 1, got 2".
 CLI::Validator in_range(double lo, double hi, const std::string& type);
+/// One of `names`, shown in --help as CLI11's IsMember shows it ("TEXT:{residual,attnres,…}"):
+/// "--mode: must be residual, attnres, mhar, block or delta, got 'mha'".
+CLI::Validator one_of(const std::vector<std::string>& names);
 /// @}
 
 /// What a CLI::ExtrasError leaves in `app` (its subcommands included), in the order of `typed`,
@@ -39,8 +41,10 @@ std::string unexpected_arguments(const CLI::App& app, const std::vector<std::str
 /// Any other parse error of `cmd` (the subcommand whose flags were being read) in our words, for
 /// the message "mhar-toy: error: <command>: <words> (…)": a flag given without its value is
 /// "--heads needs a value" (CLI11: "--heads: 1 required INT:NONNEGATIVE missing"), a missing
-/// positional argument "missing the ckpt argument: <its help>", a value that its type cannot hold
-/// "--steps: '2.5' is not a whole number in range" (CLI11: "Could not convert: --steps = 2.5");
+/// positional argument "missing the ckpt argument: <its help>", a missing required flag
+/// "missing --cases, which this command needs: <its help>" (CLI11: "--cases is required"), a
+/// value that its type cannot hold "--steps: '2.5' is not a whole number in range" (CLI11:
+/// "Could not convert: --steps = 2.5");
 /// a refused value keeps the validator's words ("--steps: must be positive, got 0").
 std::string parse_error_words(const CLI::App& cmd, const CLI::ParseError& e);
 

@@ -125,7 +125,7 @@ Subcommand register_grad(CLI::App& app) {
   cmd->add_option("--batch-seed", o->batch_seed, "seed of the batch's windows");
   cmd->add_option("--precision", o->precision,
                   "f64 (double: the truth) or f32 (what training uses)")
-      ->check(CLI::IsMember({"f64", "f32"}));
+      ->check(one_of({"f64", "f32"}));
   cmd->add_option("--out,-o", o->out, "output file");
   return {cmd, [o]() -> int { return run_grad(*o); }};
 }

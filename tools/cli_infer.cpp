@@ -244,7 +244,7 @@ Subcommand register_eval(CLI::App& app) {
   cmd->add_option("--data", o->data, "text file to evaluate on");
   cmd->add_option("--split", o->split,
                   "val: the held-out tail (as in training); all: the whole file")
-      ->check(CLI::IsMember({"val", "all"}));
+      ->check(one_of({"val", "all"}));
   cmd->add_option("--val-fraction", o->val_fraction, "size of the held-out tail")
       ->check(in_range(0, 1, "FLOAT"));
   cmd->add_option("--batch,-B", o->batch, "sequences per forward pass")->check(positive());

@@ -97,7 +97,7 @@ Subcommand register_plot(CLI::App& app) {
   cmd->add_option("--out,-o", o->out, "output path without extension: writes OUT.png, OUT.svg, …");
   cmd->add_option("--format", o->formats, "figure formats, comma-separated: png, svg, pdf");
   cmd->add_option("--metric", o->metric, "train | val | both (train solid, validation dashed)")
-      ->check(CLI::IsMember({"train", "val", "both"}));
+      ->check(one_of({"train", "val", "both"}));
   cmd->add_option("--smooth", o->smooth, "moving average of the train loss over N steps (1 = off)")
       ->check(positive());
   cmd->add_option("--title", o->title, "figure title");

@@ -38,7 +38,7 @@ void add_train_options(CLI::App& cmd, TrainOptions& o, std::string& mode) {
   cmd.add_option("--out,-o", o.out, "run directory (never overwritten)")
       ->default_str("runs/<mode>-h<H>-seed<seed>");
   cmd.add_option("--device", o.device, "where to train (auto: the GPU when there is one)")
-      ->check(CLI::IsMember(kDeviceChoices));
+      ->check(one_of(kDeviceChoices));
   cmd.add_option("--val-fraction", o.val_fraction, "held-out tail of the data for validation")
       ->check(in_range(0, 1, "FLOAT"));
   cmd.add_option("--eval-every", o.eval_every, "validate every N steps")->check(positive());
@@ -58,7 +58,7 @@ void add_train_options(CLI::App& cmd, TrainOptions& o, std::string& mode) {
   cmd.add_option("--routing", o.routing,
                  "the CPU's routing: reference (reference/routing.cpp at every site) or fast "
                  "(cpu/routing_versions.h); the GPU picks its own")
-      ->check(CLI::IsMember(cpu_routing_names()));
+      ->check(one_of(cpu_routing_names()));
   cmd.add_flag("--quiet,-q", o.quiet, "print nothing but errors");
 }
 

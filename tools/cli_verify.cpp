@@ -35,12 +35,12 @@ Subcommand register_verify(CLI::App& app) {
   cmd->add_option("--serves", o->serves,
                   "the cases the candidate serves: all, or h1 (single-head kernels: only the H = 1 "
                   "cases are graded, and COMPLETE means every one of them)")
-      ->check(CLI::IsMember({"all", "h1"}))
+      ->check(one_of({"all", "h1"}))
       ->capture_default_str();
   cmd->add_option("--convention", o->convention,
                   "the rounding convention the yardstick follows: exact, or hf-rmsnorm (the "
                   "normalised key rounded to the storage dtype before the gain)")
-      ->check(CLI::IsMember({"exact", "hf-rmsnorm"}))
+      ->check(one_of({"exact", "hf-rmsnorm"}))
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "print one JSON object instead of the table");
   return {cmd, [o]() -> int {

@@ -10,7 +10,7 @@
 
 namespace mhar::toy {
 
-/// The values --device accepts, in the order --help lists them (CLI::IsMember).
+/// The values --device accepts, in the order --help lists them (one_of, cli_common.h).
 inline const std::vector<std::string> kDeviceChoices = {"auto", "cpu", "cuda"};
 
 /// Why this mhar-toy cannot use a GPU here ("no CUDA device (…)", or a build without CUDA), or
