@@ -399,22 +399,29 @@ def _weighted_sums(stack: "_Buffers", slots: List[int], w: Tensor, shape,
     return out, two
 
 
-def _follow(stack: "_Buffers", new: List[int], z: Tensor, carry, shape) -> Tensor:
-    """A follower's output from its leader's carry C = Σ_i exp(z_i − m') S_i over the slots before
-    `new` (m' = max of those z_i, l' = Σ exp(z_i − m')) and its `new` slots (its last ones):
+def _follow(stack: "_Buffers", new: List[int], zk: Tensor, carry, shape):
+    """A follower's output and α from its leader's carry C = Σ_i exp(z_i − m') S_i over the slots
+    before `new` (m' = max of those z_i, l' = Σ exp(z_i − m'), and those z_i) and its `new` slots
+    (its last ones, with logits zk, len(new) × P × H):
         m = max(m', max_new z_k),  l = exp(m' − m) l' + Σ_new exp(z_k − m),
-        out = (exp(m' − m) C + Σ_new exp(z_k − m) S_k) / l,
-    the same weighted sum as step (4), summed in another order."""
-    C, mx, lsum = carry
-    zk = z[z.shape[0] - len(new):]  # the new slots' z, len(new) × P × H
+        out = (exp(m' − m) C + Σ_new exp(z_k − m) S_k) / l,   α_i = exp(z_i − m) / l,
+    the same weighted sum and softmax as steps (3) and (4), summed in another order: α is written
+    from m and l, not by a softmax over the logits concatenated (at L 24, two passes fewer over
+    N × P × H per follower: about 0.1–0.4 ms each)."""
+    C, mx, lsum, zold = carry
     m = torch.maximum(mx, zk.amax(dim=0))
     a, e = torch.exp(mx - m), torch.exp(zk - m)
     inv = 1.0 / (a * lsum + e.sum(dim=0))
+    n_old = zold.shape[0]
+    alpha = torch.empty((n_old + len(new),) + tuple(m.shape), dtype=m.dtype, device=m.device)
+    torch.sub(zold, m, out=alpha[:n_old])
+    alpha[:n_old].exp_().mul_(inv)
+    torch.mul(e, inv, out=alpha[n_old:])
     out = torch.empty(shape, dtype=C.dtype, device=C.device)
     torch.mul(C, (a * inv).unsqueeze(-1), out=out)  # C may be a view of a block's products
     for n, k in enumerate(new):
-        out.addcmul_((e[n] * inv).unsqueeze(-1), stack.buf[k].view(shape))
-    return out
+        out.addcmul_(alpha[n_old + n].unsqueeze(-1), stack.buf[k].view(shape))
+    return out, alpha
 
 
 def _lead_block(stack: "_Buffers", site: int, shape):
@@ -459,9 +466,7 @@ class _Read(torch.autograd.Function):
             nxt = site + 1
             if carry is not None:
                 new = slots[carry[3].shape[0]:]
-                z = torch.cat([carry[3], _logits(stack, site, new)])
-                alpha = torch.softmax(z, dim=0)  # N × P × H
-                out = _follow(stack, new, z, carry[:3], shape)
+                out, alpha = _follow(stack, new, _logits(stack, site, new), carry, shape)
             elif (stack.block > 1 and nxt < len(stack.sites)
                   and len(slots) * min(stack.block, len(stack.sites) - site) >= MIN_PAIRS):
                 out, alpha = _lead_block(stack, site, shape)
