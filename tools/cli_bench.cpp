@@ -364,7 +364,8 @@ std::string cpu_label(const BenchOptions& o, const ThreadGovernor& threads) {
   const std::string busy = o.busy > 0 ? fmt::format(", {} other process{} spinning (--busy)",
                                                     o.busy, o.busy == 1 ? "" : "es")
                                       : "";
-  if (o.threads > 0) return fmt::format("CPU ({} threads{})", o.threads, busy);
+  if (o.threads > 0)
+    return fmt::format("CPU ({} thread{}{})", o.threads, o.threads == 1 ? "" : "s", busy);
   return fmt::format("CPU (threads follow the load: 1 to {}{})", threads.cpus(), busy);
 }
 

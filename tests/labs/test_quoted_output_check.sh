@@ -23,7 +23,7 @@ residual      -        877.4         2334         1.000×
 attnres       1        743.7         2754         0.848×
 mhar          2        657.1         3117         0.749×"
 
-write_readme "$dir/fresh.md" "CPU (1 threads) training step (forward + backward + clipping + AdamW), d=16 L=1 T=8 batch=2, 1 interleaved repeats, median:
+write_readme "$dir/fresh.md" "CPU (1 thread) training step (forward + backward + clipping + AdamW), d=16 L=1 T=8 batch=2, 1 interleaved repeats, median:
 mode          H    step (ms)     tokens/s     ÷ residual
 residual      -            …            …         1.000×
 attnres       1            …            …             …×
