@@ -2,17 +2,23 @@
  * @file backend.cpp
  * @brief The CPU and GPU backends of backend.h.
  *
- * The CPU backend runs the step data-parallel when OpenMP gives it k ≥ 2 threads: the batch is
- * cut into k shards of whole rows, and each thread runs the whole forward and backward of its
- * shard (one parallel region per pass). Inside a shard every product and every routing site
- * runs on its thread alone: OpenMP does not nest the model's own parallel loops, and Eigen does
- * not split a product inside a parallel region. The alternative, parallel inside each product
- * and each site, is hundreds of short regions per step: at the tiny shape two threads gained
- * 0.98–1.13× there, and a descheduled thread stalls every one of their barriers. The loss and
- * the gradients are the row-weighted means of the shards' (each shard's loss is the mean over
- * its rows), summed in shard order, so a step with k threads is deterministic: a resumed run
- * repeats the uninterrupted one with the same thread count, and with any count the two agree to
- * float rounding (tests/tools/test_backend.cpp).
+ * The CPU backend runs the step data-parallel: the batch is cut into k shards of whole rows, k
+ * fixed when the backend is made (train's --threads N, or with --threads 0 one per CPU this
+ * process may use: ThreadGovernor::shards; at most one a row), and the OpenMP threads there are
+ * at the step run the shards, each thread the whole forward and backward of one shard at a time
+ * (one parallel region per pass). Inside a shard every product and every routing site runs on
+ * its thread alone: OpenMP does not nest the model's own parallel loops, and Eigen does not split
+ * a product inside a parallel region (with one thread, the region has one thread and so have
+ * they). The alternative, parallel inside each product and each site, is hundreds of short
+ * regions per step: at the tiny shape two threads gained 0.98–1.13× there, and a descheduled
+ * thread stalls every one of their barriers. The loss and the gradients are the row-weighted
+ * means of the shards' (each shard's loss is the mean over its rows), summed in shard order. So
+ * a shard's numbers do not depend on which thread ran it, or on how many ran: a step gives the
+ * same bits with any thread count (tests/tools/test_backend.cpp), and a run with --threads 0 the
+ * same bits whatever thread counts the load made the governor choose (thread_governor.h).
+ * Validation (loss) runs on the same shards, for the same reason. With one shard (a batch of one
+ * row, or one CPU) the step runs parallel inside its products and sites instead, and its last
+ * bits may follow the thread count.
  */
 #include "backend.h"
 
@@ -25,6 +31,7 @@
 #include "cuda/device.h"
 #include "cuda/model.h"
 #endif
+#include "thread_governor.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -62,10 +69,15 @@ struct Shard {
 class CpuBackend : public Backend {
  public:
   CpuBackend(const Config& cfg, int batch, Params<float>& p, Params<float>& m, Params<float>& v,
-             CpuRouting routing)
-      : cfg_(cfg), batch_(batch), p_(p), m_(m), v_(v), routing_(routing) {
+             CpuRouting routing, int shards)
+      : cfg_(cfg),
+        batch_(batch),
+        shards_wanted_(std::clamp(shards, 1, std::max(batch, 1))),
+        p_(p),
+        m_(m),
+        v_(v),
+        routing_(routing) {
     cache_.routing = &cpu_routing<float>(routing);
-    eval_cache_.routing = cache_.routing;
   }
   float forward(const Batch& b) override;
   void backward() override;
@@ -73,36 +85,39 @@ class CpuBackend : public Backend {
   void adamw(long step, double lr, const AdamWHyper& hyper) override {
     adamw_step(p_, m_, v_, grads_, step, lr, hyper);
   }
-  float loss(const Batch& b) override {
-    return model_forward<float>(cfg_, p_, b.tokens, b.targets, batch_, &eval_cache_);
-  }
+  float loss(const Batch& b) override { return run_forward(b, eval_shards_, eval_cache_); }
   void sync() override {}
   std::string describe() const override {
-    const int threads = max_threads();
+    const int threads =
+        shards_wanted_ < 2 ? max_threads() : std::min(max_threads(), shards_wanted_);
     return fmt::format("CPU ({} thread{}, {} routing)", threads, threads == 1 ? "" : "s",
                        cpu_routing_name(routing_));
   }
 
  private:
-  void cut(const Batch& b, int k);
+  void cut(const Batch& b, std::vector<Shard>& shards) const;
+  float run_forward(const Batch& b, std::vector<Shard>& shards, Cache<float>& whole);
   void reduce_grads();
 
   const Config& cfg_;
   int batch_;
+  int shards_wanted_;  // k: the shards of every step, whatever the thread count
   Params<float>&p_, &m_, &v_;
   CpuRouting routing_;
   Params<float> grads_;
-  Cache<float> cache_,
-      eval_cache_;             // the step's, and validation's (the step's is kept for its backward)
-  std::vector<Shard> shards_;  // the last forward's, when it ran data-parallel; else empty
+  // The step's and validation's (the step's kept for its backward): k shards, or with k = 1 the
+  // whole batch in one cache
+  std::vector<Shard> shards_, eval_shards_;
+  Cache<float> cache_, eval_cache_;
 };
 
-/// Shard s takes rows [B·s/k, B·(s+1)/k): sizes differ by one row at most.
-void CpuBackend::cut(const Batch& b, int k) {
-  shards_.resize(static_cast<std::size_t>(k));
+/// Shard s of k takes rows [B·s/k, B·(s+1)/k): sizes differ by one row at most.
+void CpuBackend::cut(const Batch& b, std::vector<Shard>& shards) const {
+  const int k = shards_wanted_;
+  shards.resize(static_cast<std::size_t>(k));
   const std::size_t T = static_cast<std::size_t>(cfg_.T);
   for (int s = 0; s < k; ++s) {
-    Shard& sh = shards_[static_cast<std::size_t>(s)];
+    Shard& sh = shards[static_cast<std::size_t>(s)];
     sh.first = batch_ * s / k;
     sh.rows = batch_ * (s + 1) / k - sh.first;
     const auto lo = static_cast<std::ptrdiff_t>(sh.first * T);
@@ -113,21 +128,27 @@ void CpuBackend::cut(const Batch& b, int k) {
   }
 }
 
-float CpuBackend::forward(const Batch& b) {
-  const int k = std::min(max_threads(), batch_);
-  if (k < 2) {
-    shards_.clear();
-    return model_forward<float>(cfg_, p_, b.tokens, b.targets, batch_, &cache_);
+/// The forward over `shards` (k ≥ 2), the threads taking one shard at a time; or, with k = 1,
+/// over the whole batch in `whole`. Returns the mean loss over the batch's rows.
+float CpuBackend::run_forward(const Batch& b, std::vector<Shard>& shards, Cache<float>& whole) {
+  if (shards_wanted_ < 2) {
+    whole.routing = cache_.routing;
+    return model_forward<float>(cfg_, p_, b.tokens, b.targets, batch_, &whole);
   }
-  cut(b, k);
-#pragma omp parallel for num_threads(k) schedule(static, 1)
+  cut(b, shards);
+  const int k = shards_wanted_;
+#pragma omp parallel for num_threads(std::min(max_threads(), k)) schedule(static, 1)
   for (int s = 0; s < k; ++s) {
-    Shard& sh = shards_[static_cast<std::size_t>(s)];
+    Shard& sh = shards[static_cast<std::size_t>(s)];
     sh.loss = model_forward<float>(cfg_, p_, sh.batch.tokens, sh.batch.targets, sh.rows, &sh.cache);
   }
   double loss = 0;  // the mean over all rows: each shard's mean, weighted by its rows
-  for (const Shard& sh : shards_) loss += static_cast<double>(sh.loss) * sh.rows / batch_;
+  for (const Shard& sh : shards) loss += static_cast<double>(sh.loss) * sh.rows / batch_;
   return static_cast<float>(loss);
+}
+
+float CpuBackend::forward(const Batch& b) {
+  return run_forward(b, shards_, cache_);
 }
 
 void CpuBackend::backward() {
@@ -136,7 +157,7 @@ void CpuBackend::backward() {
     return;
   }
   const int k = static_cast<int>(shards_.size());
-#pragma omp parallel for num_threads(k) schedule(static, 1)
+#pragma omp parallel for num_threads(std::min(max_threads(), k)) schedule(static, 1)
   for (int s = 0; s < k; ++s) {
     Shard& sh = shards_[static_cast<std::size_t>(s)];
     model_backward(sh.grads, cfg_, p_, sh.cache);
@@ -152,7 +173,8 @@ void CpuBackend::reduce_grads() {
   std::vector<std::vector<Mat<float>*>> in;
   for (Shard& sh : shards_) in.push_back(tensors(sh.grads));
   const int n = static_cast<int>(out.size());
-#pragma omp parallel for num_threads(static_cast<int>(shards_.size())) schedule(dynamic, 1)
+#pragma omp parallel for num_threads(std::min(max_threads(), static_cast <int>(shards_.size()))) \
+    schedule(dynamic, 1)
   for (int t = 0; t < n; ++t) {
     Mat<float>& g = *out[static_cast<std::size_t>(t)];
     for (std::size_t s = 0; s < shards_.size(); ++s) {
@@ -210,12 +232,12 @@ class CudaBackend : public Backend {
 
 std::unique_ptr<Backend> make_backend([[maybe_unused]] const std::string& device, const Config& cfg,
                                       int batch, Params<float>& p, Params<float>& m,
-                                      Params<float>& v, CpuRouting routing) {
+                                      Params<float>& v, CpuRouting routing, int shards) {
 #ifdef MHAR_WITH_CUDA
   if (device == "cuda") return std::make_unique<CudaBackend>(cfg, batch, p, m, v);
 #endif
-  return std::make_unique<CpuBackend>(cfg, batch, p, m, v, routing);
+  return std::make_unique<CpuBackend>(cfg, batch, p, m, v, routing,
+                                      shards > 0 ? shards : usable_cpus());
 }
-
 
 }  // namespace mhar::toy

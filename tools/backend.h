@@ -38,10 +38,12 @@ class Backend {
 
 /// The backend of `device` ("cpu", or "cuda" in a build with CUDA) for batches of `batch` rows,
 /// working on p, m and v (the CPU one in place; the GPU one on copies, written back by sync()).
-/// On the CPU, the sites are routed by `routing`, and a step with k ≥ 2 OpenMP threads splits
-/// the batch into k shards, one per thread (see backend.cpp).
+/// On the CPU, the sites are routed by `routing`, and a step cuts the batch into `shards` shards
+/// (at most one a row; 0: one per CPU this process may use, usable_cpus()) that the OpenMP
+/// threads run side by side: its bits depend on the shards, never on the thread count (see
+/// backend.cpp).
 std::unique_ptr<Backend> make_backend(const std::string& device, const Config& cfg, int batch,
                                       Params<float>& p, Params<float>& m, Params<float>& v,
-                                      CpuRouting routing);
+                                      CpuRouting routing, int shards = 0);
 
 }  // namespace mhar::toy

@@ -45,7 +45,8 @@ namespace {
 
 /// One model ready for timed training steps (forward, backward, clipping, AdamW), taken through
 /// train's own CPU Backend (backend.h) with train's default routing, so the bench times the step
-/// that training takes, data-parallel threads included. Not movable: the backend holds p, m, v.
+/// that training takes, data-parallel threads included, its batch cut into `shards` shards as
+/// train cuts it (ThreadGovernor::shards; 0: one per CPU). Not movable: the backend holds p, m, v.
 struct StepBench {
   Config cfg;
   int batch;
@@ -54,7 +55,7 @@ struct StepBench {
   std::unique_ptr<Backend> backend;
   long step = 0;
 
-  StepBench(const Config& c, int rows) : cfg(c), batch(rows) {
+  StepBench(const Config& c, int rows, int shards = 0) : cfg(c), batch(rows) {
     Rng rng(1);
     p = init_params<float>(cfg, rng);
     m = zero_params<float>(cfg);
@@ -68,7 +69,7 @@ struct StepBench {
       b.tokens[i] = static_cast<int>(rng.below(256));
       b.targets[i] = static_cast<int>(rng.below(256));
     }
-    backend = make_backend("cpu", cfg, batch, p, m, v, CpuRouting::Fast);
+    backend = make_backend("cpu", cfg, batch, p, m, v, CpuRouting::Fast, shards);
   }
   StepBench(const StepBench&) = delete;
   StepBench& operator=(const StepBench&) = delete;
@@ -228,7 +229,9 @@ std::vector<StepTiming> bench_steps(const Config& base, int batch, int repeats,
   std::vector<std::function<double()>> runs;
   if (device == "cpu") {
     auto benches = std::make_shared<std::vector<std::unique_ptr<StepBench>>>();
-    for (const Config& c : configs) benches->push_back(std::make_unique<StepBench>(c, batch));
+    const int shards = threads ? threads->shards() : 0;  // as train cuts them
+    for (const Config& c : configs)
+      benches->push_back(std::make_unique<StepBench>(c, batch, shards));
     for (std::size_t k = 0; k < configs.size(); ++k)
       runs.push_back([benches, k, threads] {
         if (threads) threads->before_step();

@@ -36,6 +36,11 @@ double own_cpu_seconds() {
 
 }  // namespace
 
+int usable_cpus() {
+  cpu_set_t set;
+  return std::max(1, allowed_cpus(set));
+}
+
 std::optional<CpuTimes> read_cpu_times() {
   cpu_set_t set;
   if (allowed_cpus(set) == 0) return std::nullopt;
@@ -69,8 +74,8 @@ int threads_for_load(int cpus, double others) {
 }
 
 ThreadGovernor::ThreadGovernor(int fixed) {
-  cpu_set_t set;
-  cpus_ = std::max(1, allowed_cpus(set));
+  cpus_ = usable_cpus();
+  shards_ = fixed > 0 ? fixed : cpus_;
   if (fixed > 0) {
     threads_ = fixed;
   } else {

@@ -17,10 +17,11 @@
  * number of CPUs less that load, rounded, between 1 and the CPUs. Where /proc/stat cannot be read
  * (not Linux), every CPU is used, as before. Thread counts change only between steps.
  *
- * The price: with k threads a step sums k batch shards (tools/backend.cpp), in another order than
- * one thread does, so the last bits of a step depend on the thread count, and with `--threads 0`
- * on the load. A run that must repeat bit for bit (a resume compared with an uninterrupted run, a
- * test) gives `--threads N`.
+ * What it does not change: the numbers. The CPU step cuts its batch into shards() shards,
+ * whatever the thread count, and k threads run those shards k at a time (tools/backend.cpp), so
+ * with `--threads 0` the bits of a run do not depend on the load: the same command on the same
+ * machine gives the same losses and checkpoints whether a core was busy or none. With
+ * `--threads N` the step cuts N shards, as it always did.
  */
 #pragma once
 
@@ -37,6 +38,9 @@ struct CpuTimes {
 };
 std::optional<CpuTimes> read_cpu_times();
 
+/// The CPUs this process may run on (sched_getaffinity), at least 1.
+int usable_cpus();
+
 /// The thread count for `cpus` CPUs of which `others` cores' worth were busy with other work:
 /// round(cpus − others), between 1 and cpus. Exposed for its test.
 int threads_for_load(int cpus, double others);
@@ -51,6 +55,9 @@ class ThreadGovernor {
   int threads() const { return threads_; }
   /// The CPUs this process may run on.
   int cpus() const { return cpus_; }
+  /// The shards a CPU step cuts its batch into (make_backend): --threads N gives N, and
+  /// --threads 0 the CPUs, however many threads the load leaves.
+  int shards() const { return shards_; }
 
  private:
   void sample(std::chrono::steady_clock::time_point now);
@@ -58,6 +65,7 @@ class ThreadGovernor {
   bool adapt_ = false;
   int cpus_ = 1;
   int threads_ = 1;
+  int shards_ = 1;
   std::chrono::steady_clock::duration interval_ = std::chrono::milliseconds(500);
   std::chrono::steady_clock::time_point last_wall_{};
   double last_own_s_ = 0;  ///< this process's CPU time at the last reading, in seconds

@@ -29,11 +29,11 @@
 #include "heatmap.h"
 #include "json_types.h"
 #include "memory.h"
-#include "thread_governor.h"
 #include "optim.h"
 #include "routing_versions.h"
 #include "run_dir.h"
 #include "strict_json.h"
+#include "thread_governor.h"
 
 namespace mhar::toy {
 
@@ -308,7 +308,7 @@ int run_loop(const TrainOptions& o, const std::string& device, const fs::path& d
   const Corpus corpus = load_corpus(o.data, o.val_fraction, o.cfg.T);
   ThreadGovernor threads(o.threads);  // --threads 0: as many as there are idle cores
   const std::unique_ptr<Backend> backend =
-      make_backend(device, o.cfg, o.batch, p, m, v, parse_cpu_routing(o.routing));
+      make_backend(device, o.cfg, o.batch, p, m, v, parse_cpu_routing(o.routing), threads.shards());
   Metrics metrics;
   metrics.open(dir, start_step);
   print_run_header(o, p, *backend, corpus, dir);

@@ -3,7 +3,8 @@
  * @brief The thread count of `--threads 0` (tools/thread_governor.h): the rounding rule, a fixed
  *        count left alone, and, with every CPU but one kept busy by `--busy`'s spinning processes
  *        (tools/busy_load.h), one thread. Only "fewer threads under load" is asserted: on a shared
- *        CI machine an idle reading cannot be promised, but more load can only lower the count.
+ *        CI machine an idle reading cannot be promised, but more load can only lower the count;
+ *        and the shards a step cuts its batch into, which the load never changes.
  */
 #include <catch2/catch.hpp>
 #include <sched.h>
@@ -59,4 +60,15 @@ TEST_CASE("with all CPUs but one spinning, --threads 0 takes one thread") {
     g.before_step();
   }
   CHECK(g.threads() == 1);
+  CHECK(g.shards() == cpus);  // the step's shards stay: its bits do not follow the load
+}
+
+TEST_CASE("the shards of a step: --threads N cuts N, --threads 0 one per CPU") {
+  CHECK(ThreadGovernor(3).shards() == 3);
+  CHECK(ThreadGovernor(1).shards() == 1);
+  CHECK(ThreadGovernor(0).shards() == usable_cpus());
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(sched_getaffinity(0, sizeof set, &set) == 0);
+  CHECK(usable_cpus() == CPU_COUNT(&set));
 }
