@@ -78,6 +78,7 @@ class CpuBackend : public Backend {
         v_(v),
         routing_(routing) {
     cache_.routing = &cpu_routing<float>(routing);
+    eval_cache_.routing = cache_.routing;
   }
   float forward(const Batch& b) override;
   void backward() override;
@@ -88,8 +89,7 @@ class CpuBackend : public Backend {
   float loss(const Batch& b) override { return run_forward(b, eval_shards_, eval_cache_); }
   void sync() override {}
   std::string describe() const override {
-    const int threads =
-        shards_wanted_ < 2 ? max_threads() : std::min(max_threads(), shards_wanted_);
+    const int threads = shards_wanted_ < 2 ? max_threads() : team();
     return fmt::format("CPU ({} thread{}, {} routing)", threads, threads == 1 ? "" : "s",
                        cpu_routing_name(routing_));
   }
@@ -98,6 +98,8 @@ class CpuBackend : public Backend {
   void cut(const Batch& b, std::vector<Shard>& shards) const;
   float run_forward(const Batch& b, std::vector<Shard>& shards, Cache<float>& whole);
   void reduce_grads();
+  /// The threads that run the k shards: never more than k, one shard at a time each.
+  int team() const { return std::min(max_threads(), shards_wanted_); }
 
   const Config& cfg_;
   int batch_;
@@ -132,12 +134,11 @@ void CpuBackend::cut(const Batch& b, std::vector<Shard>& shards) const {
 /// over the whole batch in `whole`. Returns the mean loss over the batch's rows.
 float CpuBackend::run_forward(const Batch& b, std::vector<Shard>& shards, Cache<float>& whole) {
   if (shards_wanted_ < 2) {
-    whole.routing = cache_.routing;
     return model_forward<float>(cfg_, p_, b.tokens, b.targets, batch_, &whole);
   }
   cut(b, shards);
   const int k = shards_wanted_;
-#pragma omp parallel for num_threads(std::min(max_threads(), k)) schedule(static, 1)
+#pragma omp parallel for num_threads(team()) schedule(static, 1)
   for (int s = 0; s < k; ++s) {
     Shard& sh = shards[static_cast<std::size_t>(s)];
     sh.loss = model_forward<float>(cfg_, p_, sh.batch.tokens, sh.batch.targets, sh.rows, &sh.cache);
@@ -157,7 +158,7 @@ void CpuBackend::backward() {
     return;
   }
   const int k = static_cast<int>(shards_.size());
-#pragma omp parallel for num_threads(std::min(max_threads(), k)) schedule(static, 1)
+#pragma omp parallel for num_threads(team()) schedule(static, 1)
   for (int s = 0; s < k; ++s) {
     Shard& sh = shards_[static_cast<std::size_t>(s)];
     model_backward(sh.grads, cfg_, p_, sh.cache);
@@ -173,8 +174,7 @@ void CpuBackend::reduce_grads() {
   std::vector<std::vector<Mat<float>*>> in;
   for (Shard& sh : shards_) in.push_back(tensors(sh.grads));
   const int n = static_cast<int>(out.size());
-#pragma omp parallel for num_threads(std::min(max_threads(), static_cast <int>(shards_.size()))) \
-    schedule(dynamic, 1)
+#pragma omp parallel for num_threads(team()) schedule(dynamic, 1)
   for (int t = 0; t < n; ++t) {
     Mat<float>& g = *out[static_cast<std::size_t>(t)];
     for (std::size_t s = 0; s < shards_.size(); ++s) {
