@@ -8,13 +8,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <ctime>
+#include <exception>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numbers>
 #include <random>
+#include <vector>
 
 #include "checkpoint.h"
 #include "cli_common.h"
@@ -195,6 +198,57 @@ int run_sample(const SampleArgs& o) {
   return kOk;
 }
 
+// ---- eval -------------------------------------------------------------------------------------
+
+/// Sets and returns the threads eval runs: OpenMP's count (--threads, else every core), fewer
+/// where that many batches at once would not fit in memory (each thread keeps one batch's
+/// activations). Set as OpenMP's count too, so that with one thread the products inside a forward
+/// see one thread and run serially, as they do inside a team of several.
+int eval_team(const Config& cfg, int batch) {
+  int team = omp_get_max_threads();
+  while (team > 1 &&
+         memory_needed(cfg, batch * team, sizeof(float), Workload::Forward) > memory_available())
+    --team;
+  omp_set_num_threads(team);
+  return team;
+}
+
+/// The mean loss over the first `windows` windows of `bytes`, `batch` at a time. Each batch's
+/// forward runs whole on one thread, the threads taking the next batch as they come free; the
+/// batches' losses are then summed in order. So the loss is the same bits on any number of
+/// threads, and a thread whose core is busy slows eval by its share only: no thread waits for it
+/// at a barrier inside a forward (docs/cli.md, `eval`, has the times). An exception inside the
+/// team (std::bad_alloc) is rethrown after it, not left to end the process.
+double mean_loss(const Checkpoint& ck, const std::vector<std::uint8_t>& bytes, long windows,
+                 int batch, int team) {
+  const long n = (windows + batch - 1) / batch;
+  std::vector<double> sums(static_cast<std::size_t>(n));
+  std::exception_ptr failed;
+#pragma omp parallel num_threads(team)
+  {
+    Cache<float> cache;
+    cache.routing = &fast_routing<float>();
+#pragma omp for schedule(dynamic, 1)
+    for (long k = 0; k < n; ++k) {
+      try {
+        const long w = k * batch;
+        const int B = static_cast<int>(std::min<long>(batch, windows - w));
+        const Batch b = sequential_batch(bytes, w, B, ck.cfg.T);
+        sums[static_cast<std::size_t>(k)] =
+            B * static_cast<double>(
+                    model_forward<float>(ck.cfg, ck.params, b.tokens, b.targets, B, &cache));
+      } catch (...) {
+#pragma omp critical(eval_failed)
+        if (!failed) failed = std::current_exception();
+      }
+    }
+  }
+  if (failed) std::rethrow_exception(failed);
+  double total = 0;
+  for (const double v : sums) total += v;
+  return total / static_cast<double>(windows);
+}
+
 }  // namespace
 
 Subcommand register_sample(CLI::App& app) {
@@ -236,6 +290,7 @@ Subcommand register_eval(CLI::App& app) {
     double val_fraction = 0.1;
     int batch = 16;
     long max_windows = 0;
+    int threads = 0;
     bool json = false;
   };
   auto o = std::make_shared<Opts>();
@@ -251,8 +306,11 @@ Subcommand register_eval(CLI::App& app) {
   cmd->add_option("--max-windows", o->max_windows, "evaluate at most this many windows (0 = all)")
       ->check(non_negative());
   cmd->add_flag("--json", o->json, "print one JSON object instead of text");
+  cmd->add_option("--threads", o->threads, "CPU threads, a batch each (0 = all cores)")
+      ->check(non_negative());
   return {
       cmd, [o]() -> int {
+        if (o->threads > 0) omp_set_num_threads(o->threads);
         const Checkpoint ck = load_checkpoint(o->ckpt);
         require_memory(ck.cfg, o->batch, sizeof(float), Workload::Forward, "eval");
         const int T = ck.cfg.T;
@@ -266,16 +324,7 @@ Subcommand register_eval(CLI::App& app) {
           throw UsageError(fmt::format(
               "data file '{}' is shorter than one sequence of T + 1 = {} bytes", o->data, T + 1));
         if (o->max_windows > 0) windows = std::min(windows, o->max_windows);
-        double total = 0;
-        Cache<float> cache;
-        cache.routing = &fast_routing<float>();
-        for (long w = 0; w < windows; w += o->batch) {
-          const int B = static_cast<int>(std::min<long>(o->batch, windows - w));
-          const Batch b = sequential_batch(bytes, w, B, T);
-          total += B * static_cast<double>(
-                           model_forward<float>(ck.cfg, ck.params, b.tokens, b.targets, B, &cache));
-        }
-        const double loss = total / static_cast<double>(windows);
+        const double loss = mean_loss(ck, bytes, windows, o->batch, eval_team(ck.cfg, o->batch));
         if (!std::isfinite(loss))
           throw UsageError(fmt::format(
               "{}: the loss on {} is {}: the checkpoint's weights overflow in float (finite, but "

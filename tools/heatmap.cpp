@@ -5,6 +5,7 @@
 #include "heatmap.h"
 
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -32,6 +33,15 @@ int source_rank(const std::string& name) {
   return 1 << 21;
 }
 
+/// OpenMP's thread count set to 1 for a scope, and put back at its end.
+struct OneThread {
+  int before = omp_get_max_threads();
+  OneThread() { omp_set_num_threads(1); }
+  ~OneThread() { omp_set_num_threads(before); }
+  OneThread(const OneThread&) = delete;
+  OneThread& operator=(const OneThread&) = delete;
+};
+
 /// Jensen–Shannon divergence in bits between two distributions over the same sources.
 double js_bits(const std::vector<double>& a, const std::vector<double>& b) {
   double js = 0;
@@ -50,7 +60,12 @@ RoutingMap routing_map(const Config& cfg, const Params<float>& p, const Batch& b
   if (!cfg.routed()) return map;
   Cache<float> cache;
   cache.routing = &fast_routing<float>();
-  model_logits<float>(cfg, p, batch.tokens, B, &cache);
+  {
+    // On one thread: a forward shared between threads sums its products in another order, so
+    // the map's last digits followed the thread count. One small forward.
+    const OneThread one;
+    model_logits<float>(cfg, p, batch.tokens, B, &cache);
+  }
   map.H = cfg.route_heads();
   map.sites = site_names(cfg);
   const int S = cfg.n_sites();

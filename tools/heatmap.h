@@ -25,6 +25,8 @@ struct RoutingMap {
   std::vector<double> disagreement;        ///< per site: mean pairwise JS divergence (bits)
 };
 
+/// The map of one forward over `batch` (B rows), run on one thread: the same bits on any
+/// thread count.
 RoutingMap routing_map(const Config& cfg, const Params<float>& p, const Batch& batch, int B);
 
 /// Writes alpha.csv and alpha.json into `dir` (created), and `heatmap.<format>` and

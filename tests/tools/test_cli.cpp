@@ -661,6 +661,44 @@ TEST_CASE("sample: the same greedy text with and without the decode cache, past 
                              "the last 16 of T = 32 bytes)"));
 }
 
+TEST_CASE("eval and heatmap: the same numbers to the last bit on 1, 2 and 3 threads",
+          "[cli][eval]") {
+  // The default model's shape: its products are large enough for a forward shared between
+  // threads to sum in another order (with a forward per thread, 1 and 2 threads gave losses
+  // apart in the 7th digit); T = 128, so 48 windows are 3 batches of 16.
+  const fs::path d = scratch("eval-threads");
+  const std::string run = (d / "run").string(), data = std::string(" --data ") + MHAR_DATA;
+  const Result trained = toy("train --heads 4 --steps 2 --eval-every 2 --threads 1 -q --out " +
+                             run + data);
+  REQUIRE(trained.code == 0);
+  auto loss = [&](const std::string& extra, const std::string& env) {
+    const Result r = toy("eval " + run + " --max-windows 48 --json" + data + extra, env);
+    INFO(r.out);
+    REQUIRE(r.code == 0);
+    return nlohmann::json::parse(r.out).at("loss").get<double>();
+  };
+  const double one = loss(" --threads 1", "");
+  CHECK(std::isfinite(one));
+  for (const int t : {2, 3}) {
+    CAPTURE(t);
+    CHECK(loss(" --threads " + std::to_string(t), "") == one);
+    CHECK(loss("", "OMP_NUM_THREADS=" + std::to_string(t) + " ") == one);  // the default, 0
+  }
+  // heatmap's α means and head disagreement, written to 17 digits in alpha.json
+  auto map = [&](int t) {
+    const fs::path out = d / ("map" + std::to_string(t));
+    const Result r = toy("heatmap " + run + " --format svg --out " + out.string() + data,
+                         "OMP_NUM_THREADS=" + std::to_string(t) + " ");
+    INFO(r.out);
+    REQUIRE(r.code == 0);
+    return read_text(out / "alpha.json");
+  };
+  const std::string map1 = map(1);
+  CHECK_THAT(map1, Contains("disagreement"));
+  CHECK(map(2) == map1);
+  CHECK(map(3) == map1);
+}
+
 TEST_CASE("bench step --device cpu times each mode and what routing at copy speed would add",
           "[cli][bench]") {
   // The bytes: forward 4·(N·P·d + P·d + N·P·H) at sites N = 1 … n = 2L + 1, and the stack
