@@ -5,7 +5,6 @@
 #include "heatmap.h"
 
 #include <fmt/format.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -17,6 +16,7 @@
 
 #include "file_util.h"
 #include "routing_versions.h"
+#include "thread_governor.h"
 
 namespace mhar::toy {
 
@@ -32,15 +32,6 @@ int source_rank(const std::string& name) {
   if (name.starts_with("block")) return 2 + std::stoi(name.substr(5));
   return 1 << 21;
 }
-
-/// OpenMP's thread count set to 1 for a scope, and put back at its end.
-struct OneThread {
-  int before = omp_get_max_threads();
-  OneThread() { omp_set_num_threads(1); }
-  ~OneThread() { omp_set_num_threads(before); }
-  OneThread(const OneThread&) = delete;
-  OneThread& operator=(const OneThread&) = delete;
-};
 
 /// Jensen–Shannon divergence in bits between two distributions over the same sources.
 double js_bits(const std::vector<double>& a, const std::vector<double>& b) {
@@ -61,9 +52,7 @@ RoutingMap routing_map(const Config& cfg, const Params<float>& p, const Batch& b
   Cache<float> cache;
   cache.routing = &fast_routing<float>();
   {
-    // On one thread: a forward shared between threads sums its products in another order, so
-    // the map's last digits followed the thread count. One small forward.
-    const OneThread one;
+    const OneThread one;  // one small forward; the map's last digits followed the thread count
     model_logits<float>(cfg, p, batch.tokens, B, &cache);
   }
   map.H = cfg.route_heads();

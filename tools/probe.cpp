@@ -13,6 +13,7 @@
 #include "heatmap.h"
 #include "routing.h"
 #include "routing_versions.h"
+#include "thread_governor.h"
 
 namespace mhar::toy {
 
@@ -113,7 +114,10 @@ ProbeResult probe_model(const Config& cfg, const Params<float>& pf, const Batch&
   const Params<double> p = cast_params<double>(pf);
   Cache<double> cache;
   cache.routing = &fast_routing<double>();
-  model_forward<double>(cfg, p, batch.tokens, batch.targets, B, &cache);
+  {
+    const OneThread one;  // the same numbers on any thread count (a few windows: no time lost)
+    model_forward<double>(cfg, p, batch.tokens, batch.targets, B, &cache);
+  }
   ProbeResult res;
   res.H = cfg.route_heads();
   std::vector<double> disagreement;

@@ -73,6 +73,14 @@ int threads_for_load(int cpus, double others) {
   return std::clamp(free, 1, std::max(cpus, 1));
 }
 
+OneThread::OneThread() : before_(omp_get_max_threads()) {
+  omp_set_num_threads(1);
+}
+
+OneThread::~OneThread() {
+  omp_set_num_threads(before_);
+}
+
 ThreadGovernor::ThreadGovernor(int fixed) {
   cpus_ = usable_cpus();
   shards_ = fixed > 0 ? fixed : cpus_;

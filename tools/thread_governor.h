@@ -45,6 +45,20 @@ int usable_cpus();
 /// round(cpus − others), between 1 and cpus. Exposed for its test.
 int threads_for_load(int cpus, double others);
 
+/// OpenMP's thread count set to 1 for a scope and put back at its end: a forward shared between
+/// threads sums its matrix products in another order than one thread does, so a result that
+/// must not follow the thread count (heatmap, probe) computes its forward inside one.
+class OneThread {
+ public:
+  OneThread();
+  ~OneThread();
+  OneThread(const OneThread&) = delete;
+  OneThread& operator=(const OneThread&) = delete;
+
+ private:
+  int before_;
+};
+
 class ThreadGovernor {
  public:
   /// fixed > 0: always `fixed` threads (--threads N), nothing is read. fixed == 0: adapt.

@@ -661,7 +661,7 @@ TEST_CASE("sample: the same greedy text with and without the decode cache, past 
                              "the last 16 of T = 32 bytes)"));
 }
 
-TEST_CASE("eval and heatmap: the same numbers to the last bit on 1, 2 and 3 threads",
+TEST_CASE("eval, heatmap and probe: the same numbers to the last bit on 1, 2 and 3 threads",
           "[cli][eval]") {
   // The default model's shape: its products are large enough for a forward shared between
   // threads to sum in another order (with a forward per thread, 1 and 2 threads gave losses
@@ -697,6 +697,18 @@ TEST_CASE("eval and heatmap: the same numbers to the last bit on 1, 2 and 3 thre
   CHECK_THAT(map1, Contains("disagreement"));
   CHECK(map(2) == map1);
   CHECK(map(3) == map1);
+  // probe's KL divergences, from a forward in double, printed to 17 digits
+  auto probe = [&](int t) {
+    const Result r =
+        toy("probe " + run + " --json" + data, "OMP_NUM_THREADS=" + std::to_string(t) + " ");
+    INFO(r.out);
+    REQUIRE(r.code == 0);
+    return r.out;
+  };
+  const std::string probe1 = probe(1);
+  CHECK_THAT(probe1, Contains("kl_null"));
+  CHECK(probe(2) == probe1);
+  CHECK(probe(3) == probe1);
 }
 
 TEST_CASE("bench step --device cpu times each mode and what routing at copy speed would add",
