@@ -18,6 +18,7 @@
 #include "memory.h"
 #include "routing_versions.h"
 #include "safetensors.h"
+#include "thread_governor.h"
 
 namespace mhar::toy {
 
@@ -44,9 +45,12 @@ std::pair<Config, Params<double>> grad_model(const GradArgs& o) {
   return {cfg, cast_params<double>(init_params<float>(cfg, rng))};  // the float init, exactly
 }
 
-/// The loss on batch b, and its gradient into g, in `precision` (f64 or f32).
+/// The loss on batch b, and its gradient into g, in `precision` (f64 or f32). On one thread: the
+/// file is a reference to check other code against, and a step shared between threads sums its
+/// matrix products in another order, so its last bits followed the thread count.
 double loss_and_grad(Params<double>& g, const Config& cfg, const Params<double>& p, const Batch& b,
                      int batch, const std::string& precision) {
+  const OneThread one;
   if (precision == "f64") {
     Cache<double> cache;
     cache.routing = &fast_routing<double>();

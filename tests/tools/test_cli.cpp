@@ -661,7 +661,7 @@ TEST_CASE("sample: the same greedy text with and without the decode cache, past 
                              "the last 16 of T = 32 bytes)"));
 }
 
-TEST_CASE("eval, heatmap and probe: the same numbers to the last bit on 1, 2 and 3 threads",
+TEST_CASE("eval, heatmap, probe and grad: the same numbers to the last bit on 1, 2 and 3 threads",
           "[cli][eval]") {
   // The default model's shape: its products are large enough for a forward shared between
   // threads to sum in another order (with a forward per thread, 1 and 2 threads gave losses
@@ -709,6 +709,22 @@ TEST_CASE("eval, heatmap and probe: the same numbers to the last bit on 1, 2 and
   CHECK_THAT(probe1, Contains("kl_null"));
   CHECK(probe(2) == probe1);
   CHECK(probe(3) == probe1);
+  // grad's file, a step of a fresh default model, in both precisions
+  for (const std::string precision : {"f64", "f32"}) {
+    CAPTURE(precision);
+    auto grad = [&](int t) {
+      const fs::path out = d / ("grad-" + precision + std::to_string(t) + ".safetensors");
+      const Result r = toy("grad --precision " + precision + " -o " + out.string() + data,
+                           "OMP_NUM_THREADS=" + std::to_string(t) + " ");
+      INFO(r.out);
+      REQUIRE(r.code == 0);
+      return read_text(out);
+    };
+    const std::string grad1 = grad(1);
+    CHECK(grad1.size() > 1000000);
+    CHECK(grad(2) == grad1);
+    CHECK(grad(3) == grad1);
+  }
 }
 
 TEST_CASE("bench step --device cpu times each mode and what routing at copy speed would add",
