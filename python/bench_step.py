@@ -214,12 +214,18 @@ def memory_speed(threads: int) -> tuple:
     return 2 * size / copy / 1e9, size / read / 1e9
 
 
+def _count(n: int, noun: str) -> str:
+    """'1 round', '6 rounds'."""
+    return "%d %s%s" % (n, noun, "" if n == 1 else "s")
+
+
 def print_memory(speeds: List[tuple], threads: int) -> None:
     """The memory line: the speeds measured before each round, as median and range."""
     def span(xs):
         return "%.1f GB/s (%.1f–%.1f)" % (statistics.median(xs), min(xs), max(xs))
-    print("memory, before each of %d rounds (torch, %s): a 64 MiB copy %s counting read + write, "
-          "a 64 MiB read %s" % (len(speeds), "%d thread%s" % (threads, "" if threads == 1 else "s")
+    print("memory, before each of %s (torch, %s): a 64 MiB copy %s counting read + write, "
+          "a 64 MiB read %s" % (_count(len(speeds), "round"),
+                                "%d thread%s" % (threads, "" if threads == 1 else "s")
                                 if threads > 0 else "default threads",
                                 span([c for c, _ in speeds]), span([r for _, r in speeds])))
 
@@ -323,8 +329,8 @@ def print_round_ratios(runs: dict, depths: List[str], packages: list, modes: Lis
                 ratios = sorted(statistics.median(r["times"]) / statistics.median(b["times"])
                                 for r, b in zip(runs[(L, pkg, mode)], base))
                 print("round by round, L %s [%d] %s ÷ %s: median %.3f×, range %.3f×–%.3f× "
-                      "(%d rounds)" % (L, k + 1, mode, modes[0], statistics.median(ratios),
-                                       ratios[0], ratios[-1], len(ratios)))
+                      "(%s)" % (L, k + 1, mode, modes[0], statistics.median(ratios),
+                                ratios[0], ratios[-1], _count(len(ratios), "round")))
 
 
 if __name__ == "__main__":

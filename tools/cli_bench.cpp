@@ -166,8 +166,9 @@ std::vector<double> print_step_table(const std::vector<Config>& configs,
     for (int r = 0; r < repeats; ++r) ratios.push_back(times[k][r] / times[0][r]);
     fmt::print(
         "round by round, {} ÷ residual: median {:.3f}×, middle half {:.3f}×–{:.3f}× ({} "
-        "rounds)\n",
-        labels[k], median(ratios), quantile(ratios, 0.25), quantile(ratios, 0.75), repeats);
+        "round{})\n",
+        labels[k], median(ratios), quantile(ratios, 0.25), quantile(ratios, 0.75), repeats,
+        repeats == 1 ? "" : "s");
   }
   return medians;
 }
@@ -378,14 +379,14 @@ int run_bench_step(const BenchOptions& o, const std::string& device) {
   const BusyLoad busy(device == "cpu" ? o.busy : 0);
   fmt::print(
       "{} training step (forward + backward + clipping + AdamW), d={} L={} T={} batch={}, {} "
-      "interleaved repeats, median:\n",
+      "interleaved repeat{}, median:\n",
       device == "cpu" ? cpu_label(o, *threads)
 #ifdef MHAR_WITH_CUDA
                       : "GPU " + mhar::cuda::device_name(0),
 #else
                       : std::string("GPU"),
 #endif
-      o.cfg.d, o.cfg.L, o.cfg.T, o.batch, o.repeats);
+      o.cfg.d, o.cfg.L, o.cfg.T, o.batch, o.repeats, o.repeats == 1 ? "" : "s");
   bench_steps(o.cfg, o.batch, o.repeats, device, threads);
   if (device == "cpu" && o.threads == 0)
     fmt::print("threads: {} at the last step (--threads 0: one per idle core)\n",

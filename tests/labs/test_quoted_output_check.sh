@@ -23,13 +23,13 @@ residual      -        877.4         2334         1.000×
 attnres       1        743.7         2754         0.848×
 mhar          2        657.1         3117         0.749×"
 
-write_readme "$dir/fresh.md" "CPU (1 thread) training step (forward + backward + clipping + AdamW), d=16 L=1 T=8 batch=2, 1 interleaved repeats, median:
+write_readme "$dir/fresh.md" "CPU (1 thread) training step (forward + backward + clipping + AdamW), d=16 L=1 T=8 batch=2, 1 interleaved repeat, median:
 mode          H    step (ms)     tokens/s     ÷ residual
 residual      -            …            …         1.000×
 attnres       1            …            …             …×
 mhar          2            …            …             …×
-round by round, attnres ÷ residual: median …×, middle half …×–…× (1 rounds)
-round by round, mhar ÷ residual: median …×, middle half …×–…× (1 rounds)"
+round by round, attnres ÷ residual: median …×, middle half …×–…× (1 round)
+round by round, mhar ÷ residual: median …×, middle half …×–…× (1 round)"
 
 echo "=== a stale quote must fail"
 if LAB_STEP_DIVISOR=1 bash "$here/run_lab_commands.sh" "$dir/stale.md" "$1" "$2"; then
