@@ -47,7 +47,7 @@ int threads_for_load(int cpus, double others);
 
 /// OpenMP's thread count set to 1 for a scope and put back at its end: a forward shared between
 /// threads sums its matrix products in another order than one thread does, so a result that
-/// must not follow the thread count (heatmap, probe) computes its forward inside one.
+/// must not follow the thread count (heatmap, probe, grad) computes its forward inside one.
 class OneThread {
  public:
   OneThread();
