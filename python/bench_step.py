@@ -225,8 +225,7 @@ def print_memory(speeds: List[tuple], threads: int) -> None:
         return "%.1f GB/s (%.1f–%.1f)" % (statistics.median(xs), min(xs), max(xs))
     print("memory, before each of %s (torch, %s): a 64 MiB copy %s counting read + write, "
           "a 64 MiB read %s" % (_count(len(speeds), "round"),
-                                "%d thread%s" % (threads, "" if threads == 1 else "s")
-                                if threads > 0 else "default threads",
+                                _count(threads, "thread") if threads > 0 else "default threads",
                                 span([c for c, _ in speeds]), span([r for _, r in speeds])))
 
 

@@ -200,12 +200,12 @@ int run_sample(const SampleArgs& o) {
 
 // ---- eval -------------------------------------------------------------------------------------
 
-/// Sets and returns the threads eval runs: OpenMP's count (--threads, else every core), fewer
-/// where that many batches at once would not fit in memory (each thread keeps one batch's
+/// Sets and returns the threads eval runs: `threads` (--threads; 0: OpenMP's count, every core),
+/// fewer where that many batches at once would not fit in memory (each thread keeps one batch's
 /// activations). Set as OpenMP's count too, so that with one thread the products inside a forward
 /// see one thread and run serially, as they do inside a team of several.
-int eval_team(const Config& cfg, int batch) {
-  int team = omp_get_max_threads();
+int eval_team(const Config& cfg, int batch, int threads) {
+  int team = threads > 0 ? threads : omp_get_max_threads();
   while (team > 1 &&
          memory_needed(cfg, batch * team, sizeof(float), Workload::Forward) > memory_available())
     --team;
@@ -310,7 +310,6 @@ Subcommand register_eval(CLI::App& app) {
       ->check(non_negative());
   return {
       cmd, [o]() -> int {
-        if (o->threads > 0) omp_set_num_threads(o->threads);
         const Checkpoint ck = load_checkpoint(o->ckpt);
         require_memory(ck.cfg, o->batch, sizeof(float), Workload::Forward, "eval");
         const int T = ck.cfg.T;
@@ -324,7 +323,8 @@ Subcommand register_eval(CLI::App& app) {
           throw UsageError(fmt::format(
               "data file '{}' is shorter than one sequence of T + 1 = {} bytes", o->data, T + 1));
         if (o->max_windows > 0) windows = std::min(windows, o->max_windows);
-        const double loss = mean_loss(ck, bytes, windows, o->batch, eval_team(ck.cfg, o->batch));
+        const int team = eval_team(ck.cfg, o->batch, o->threads);
+        const double loss = mean_loss(ck, bytes, windows, o->batch, team);
         if (!std::isfinite(loss))
           throw UsageError(fmt::format(
               "{}: the loss on {} is {}: the checkpoint's weights overflow in float (finite, but "
