@@ -262,22 +262,29 @@ def encode(tensors, metadata=None):
 
 def write_atomic(path, content):
     """Writes bytes to `path` through a temporary file in the same folder, fsync and rename: a
-    reader (or a crash) sees the old file or the new one, never half of one."""
+    reader (or a crash) sees the old file or the new one, never half of one. An OSError names
+    `path` (its filename) and says what failed."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
-                               dir=folder)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
+                                   dir=folder)
+    except OSError as e:  # name the file asked for, not the temporary one
+        raise OSError(e.errno, "cannot write it: %s" % e.strerror, path) from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(content)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(e, OSError):  # name the file being written, not the temporary one
+            raise OSError(e.errno, "writing it failed: %s (an earlier file of that name is kept)"
+                          % e.strerror, path) from None
         raise
     try:  # make the rename itself durable
         dfd = os.open(folder, os.O_RDONLY)

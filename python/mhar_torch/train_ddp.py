@@ -19,14 +19,22 @@ Routing heatmaps are not drawn here: run `mhar-toy heatmap DIR`.
 """
 
 import argparse
+import errno
 import json
 import math
 import os
+import signal
 import sys
 import time
 from typing import List, Optional
 
-EXIT_USAGE, EXIT_DIVERGED, EXIT_UNAVAILABLE, EXIT_INTERRUPTED = 2, 3, 4, 130
+EXIT_FAILURE, EXIT_USAGE, EXIT_DIVERGED, EXIT_UNAVAILABLE, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
+
+# A file or folder the user named that cannot be read or written (missing, no permission,
+# read-only) is unusable input (exit 2); any other OS error, a full disk included, is a failure
+# (1): as mhar-toy (tools/mhar_toy.cpp, exit_code_of).
+USAGE_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR,
+                errno.EISDIR, errno.EEXIST)
 
 
 class UsageError(Exception):
@@ -231,6 +239,14 @@ def open_metrics(run_dir, keep_through_step):
 
 
 def write_metrics(files, step, loss, val, lr, gnorm, tps, elapsed):
+    try:
+        _write_metrics(files, step, loss, val, lr, gnorm, tps, elapsed)
+    except OSError as e:  # a full disk: name the file (main prints one line, exit 1)
+        raise OSError(e.errno, "writing it failed: %s" % e.strerror,
+                      os.path.join(os.path.dirname(files[0].name), "metrics.*")) from None
+
+
+def _write_metrics(files, step, loss, val, lr, gnorm, tps, elapsed):
     jsonl, csv = files
     row = {"step": step, "train_loss": loss, "lr": lr, "grad_norm": gnorm, "tokens_per_s": tps,
            "elapsed_s": elapsed}
@@ -290,192 +306,258 @@ def train(argv):
         dist.init_process_group(backend=backend)
     quiet = a.quiet or rank != 0
     try:
-        return run(a, cfg, train, run_dir, corpus, world, rank, device, backend, quiet)
+        return _Trainer(a, cfg, train, run_dir, corpus, world, rank, device, backend,
+                        quiet).run()
     finally:
         if world > 1 and dist.is_initialized():
             dist.destroy_process_group()
 
 
-def run(a, cfg, train, run_dir, corpus, world, rank, device, backend, quiet):
-    import torch
-    import torch.distributed as dist
-    from mhar_torch import (MharModel, decays, load_checkpoint, load_optimizer, save_checkpoint,
-                            save_optimizer)
-    from mhar_torch.data import random_batch
-    from mhar_torch.safetensors_io import write_atomic
+class _Trainer:
+    """One process's part of a run: its model and AdamW, its share of each global batch, and (rank
+    0) the run directory. ``run()`` takes the steps and returns the exit status."""
 
-    # ---- model and optimiser state
-    start_step = 0
-    if a.resume:
+    def __init__(self, a, cfg, train: dict, run_dir: str, corpus, world: int, rank: int, device,
+                 backend: str, quiet: bool) -> None:
+        import torch
+        self.torch = torch
+        self.a, self.cfg, self.train, self.run_dir, self.corpus = a, cfg, train, run_dir, corpus
+        self.world, self.rank, self.device, self.backend, self.quiet = (world, rank, device,
+                                                                        backend, quiet)
+        self.B, self.T = train["batch"], cfg.T
+        local = self.B // world
+        self.rows = slice(rank * local, (rank + 1) * local)  # this process's share of a batch
+        self.metrics = None
+        self.start_step, moments = self._model()
+        if self.start_step is None:
+            return
+        self._optimizer(moments)
+        self.net = self.model
+        if world > 1:
+            self.net = torch.nn.parallel.DistributedDataParallel(
+                self.model, device_ids=[device.index] if device.type == "cuda" else None)
+
+    def _model(self):
+        """(start step, AdamW's moments): the resumed run's, or a new model at step 0; start step
+        None when the resumed run has already taken its steps."""
+        from mhar_torch import MharModel, load_checkpoint, load_optimizer
+        a, train, run_dir = self.a, self.train, self.run_dir
+        if not a.resume:
+            # mhar-toy's initialisation, bit for bit (or, with --init torch, PyTorch's draws)
+            self.model = MharModel(self.cfg, seed=train["seed"], init=a.init)
+            return 0, None
         ck = load_checkpoint(os.path.join(run_dir, "checkpoint.safetensors"))
-        if ck.cfg.to_dict() != cfg.to_dict():
+        if ck.cfg.to_dict() != self.cfg.to_dict():
             raise UsageError("%s: checkpoint.safetensors holds a different model than config.json"
                              % run_dir)
-        model = ck.model
-        m, v, ostep = load_optimizer(os.path.join(run_dir, "optimizer.safetensors"), cfg)
+        m, v, ostep = load_optimizer(os.path.join(run_dir, "optimizer.safetensors"), self.cfg)
         if ostep != ck.step:
             raise UsageError("%s: the optimizer state is from step %d, the checkpoint from step %d"
                              % (run_dir, ostep, ck.step))
-        start_step = ck.step
-        if start_step >= train["steps"]:
-            if not quiet:
+        if ck.step >= train["steps"]:
+            if not self.quiet:
                 print("%s already finished its %d steps (pass --steps N to train longer)"
                       % (run_dir, train["steps"]), file=sys.stderr)
-            return 0
-    else:
-        # mhar-toy's initialisation, bit for bit (or, with --init torch, PyTorch's draws)
-        model = MharModel(cfg, seed=train["seed"], init=a.init)
-    model.routing = a.routing
-    model.to(device)
-    named = model.checkpoint_parameters()
-    groups = [{"params": [p for n, p in named if decays(n)], "weight_decay": train["weight_decay"]},
-              {"params": [p for n, p in named if not decays(n)], "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=train["lr"], betas=(0.9, 0.95), eps=1e-8)
-    if a.resume:  # AdamW's moments and step count, as mhar-toy saved them
-        for n, p in named:
-            opt.state[p] = {"step": torch.tensor(float(start_step)),
-                            "exp_avg": m[n].to(device).clone(),
-                            "exp_avg_sq": v[n].to(device).clone()}
-    net = model
-    if world > 1:
-        net = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None)
+            return None, None
+        self.model = ck.model
+        return ck.step, (m, v)
 
-    if rank == 0:
+    def _optimizer(self, moments) -> None:
+        """AdamW over the model (on its device), with the resumed run's moments if any."""
+        from mhar_torch import decays
+        torch, train = self.torch, self.train
+        self.model.routing = self.a.routing
+        self.model.to(self.device)
+        self.named = self.model.checkpoint_parameters()
+        groups = [{"params": [p for n, p in self.named if decays(n)],
+                   "weight_decay": train["weight_decay"]},
+                  {"params": [p for n, p in self.named if not decays(n)], "weight_decay": 0.0}]
+        self.opt = torch.optim.AdamW(groups, lr=train["lr"], betas=(0.9, 0.95), eps=1e-8)
+        if moments is not None:  # AdamW's moments and step count, as mhar-toy saved them
+            m, v = moments
+            for n, p in self.named:
+                self.opt.state[p] = {"step": torch.tensor(float(self.start_step)),
+                                     "exp_avg": m[n].to(self.device).clone(),
+                                     "exp_avg_sq": v[n].to(self.device).clone()}
+
+    def _open_run_dir(self) -> None:
+        """Rank 0: the run directory, its config.json and its metrics files."""
+        from mhar_torch.safetensors_io import write_atomic
+        a, run_dir = self.a, self.run_dir
+        if self.rank != 0:
+            return
         os.makedirs(run_dir, exist_ok=True)
         if not a.resume or a.steps is not None:
+            init = "resumed at step %d" % self.start_step if a.resume else a.init
             write_atomic(os.path.join(run_dir, "config.json"),
-                         options_to_json(cfg, train, world, backend,
-                                         "resumed at step %d" % start_step if a.resume
-                                         else a.init, a.autocast).encode())
-        metrics = open_metrics(run_dir, start_step)
-    B, T = train["batch"], cfg.T
-    local = B // world
-    rows = slice(rank * local, (rank + 1) * local)  # this process's share of the global batch
+                         options_to_json(self.cfg, self.train, self.world, self.backend, init,
+                                         a.autocast).encode())
+        self.metrics = open_metrics(run_dir, self.start_step)
 
-    def to_dev(x):
-        return torch.from_numpy(x[rows]).to(device)
-
-    def mean_over_ranks(x):
-        t = torch.tensor([x], dtype=torch.float64, device=device)
-        if world > 1:
-            dist.all_reduce(t)
-        return t.item() / world
-
-    def autocast():
-        """bfloat16 autocast (--autocast bf16), or nothing."""
-        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=a.autocast == "bf16")
-
-    def validation_loss():
-        total = 0.0
-        with torch.no_grad():
-            for k in range(train["eval_batches"]):
-                tok, tgt = random_batch(corpus.val, B, T, train["seed"], k, 1)
-                with autocast():
-                    total += mean_over_ranks(model(to_dev(tok), to_dev(tgt)).float().item())
-        return total / train["eval_batches"]
-
-    def save(step):
-        if rank != 0:
-            return
-        m = {n: opt.state[p]["exp_avg"] for n, p in named}
-        v = {n: opt.state[p]["exp_avg_sq"] for n, p in named}
-        # the optimizer first: a checkpoint never refers to moments that are not on disk yet
-        save_optimizer(os.path.join(run_dir, "optimizer.safetensors"), cfg, m, v, step)
-        save_checkpoint(os.path.join(run_dir, "checkpoint.safetensors"), model, step,
-                        {"seed": str(train["seed"])})
-
-    if not quiet:
-        params = sum(p.numel() for _, p in named)
+    def _announce(self) -> None:
+        cfg, train, torch, world = self.cfg, self.train, self.torch, self.world
+        threads = torch.get_num_threads()
+        params = sum(p.numel() for _, p in self.named)
         print("train_ddp: %s%s, d=%d L=%d heads=%d/%d ffn=%d T=%d, %d parameters; %d steps of "
               "%d × %d bytes on %d process%s (%s, %s, %d thread%s each%s); data %s (%d train / %d "
               "val bytes) → %s" % (
                   cfg.mode, " (H=%d)" % cfg.route_heads if cfg.routed else "", cfg.d, cfg.L,
-                  cfg.n_head, cfg.n_kv_head, cfg.ffn, cfg.T, params, train["steps"], B, T, world,
-                  "" if world == 1 else "es", backend if world > 1 else "no DDP", device,
-                  torch.get_num_threads(), "" if torch.get_num_threads() == 1 else "s",
-                  ", bf16 autocast" if a.autocast == "bf16" else "", train["data"],
-                  len(corpus.train), len(corpus.val), run_dir), file=sys.stderr)
-        if start_step:
-            print("resuming %s from step %d" % (run_dir, start_step), file=sys.stderr)
+                  cfg.n_head, cfg.n_kv_head, cfg.ffn, cfg.T, params, train["steps"], self.B,
+                  self.T, world, "" if world == 1 else "es", self.backend if world > 1 else
+                  "no DDP", self.device, threads, "" if threads == 1 else "s",
+                  ", bf16 autocast" if self.a.autocast == "bf16" else "", train["data"],
+                  len(self.corpus.train), len(self.corpus.val), self.run_dir), file=sys.stderr)
+        if self.start_step:
+            print("resuming %s from step %d" % (self.run_dir, self.start_step), file=sys.stderr)
 
-    # MHAR_DDP_TRACE=DIR (a test hook, py:ddp): each process appends the windows it took and its
-    # own loss at every step to DIR/rank<r>.jsonl
-    trace_dir = os.environ.get("MHAR_DDP_TRACE")
-    trace = open(os.path.join(trace_dir, "rank%d.jsonl" % rank), "a") if trace_dir else None
-    t0 = time.monotonic()
-    last_val, last_loss, step = None, float("nan"), start_step
-    try:
+    def _to_dev(self, x):
+        return self.torch.from_numpy(x[self.rows]).to(self.device)
+
+    def _mean_over_ranks(self, *xs: float) -> List[float]:
+        """Each of xs averaged over the processes, in one all_reduce."""
+        t = self.torch.tensor(xs, dtype=self.torch.float64, device=self.device)
+        if self.world > 1:
+            self.torch.distributed.all_reduce(t)
+        return [x / self.world for x in t.tolist()]
+
+    def _autocast(self):
+        """bfloat16 autocast (--autocast bf16), or nothing."""
+        return self.torch.autocast(self.device.type, dtype=self.torch.bfloat16,
+                                   enabled=self.a.autocast == "bf16")
+
+    def _validation_loss(self) -> float:
+        from mhar_torch.data import random_batch
+        train, total = self.train, 0.0
+        with self.torch.no_grad():
+            for k in range(train["eval_batches"]):
+                tok, tgt = random_batch(self.corpus.val, self.B, self.T, train["seed"], k, 1)
+                with self._autocast():
+                    loss = self.model(self._to_dev(tok), self._to_dev(tgt))
+                total += self._mean_over_ranks(loss.float().item())[0]
+        return total / train["eval_batches"]
+
+    def _save(self, step: int) -> None:
+        from mhar_torch import save_checkpoint, save_optimizer
+        if self.rank != 0:
+            return
+        m = {n: self.opt.state[p]["exp_avg"] for n, p in self.named}
+        v = {n: self.opt.state[p]["exp_avg_sq"] for n, p in self.named}
+        # the optimizer first: a checkpoint never refers to moments that are not on disk yet
+        save_optimizer(os.path.join(self.run_dir, "optimizer.safetensors"), self.cfg, m, v, step)
+        save_checkpoint(os.path.join(self.run_dir, "checkpoint.safetensors"), self.model, step,
+                        {"seed": str(self.train["seed"])})
+
+    def _step(self, s: int, trace) -> tuple:
+        """Step s: forward, backward (DDP averages the gradients), clipping, AdamW. Returns (the
+        loss averaged over the processes, the gradient norm before clipping, the learning rate,
+        whether any process has had a Ctrl-C: all of them then stop after the same step)."""
+        from mhar_torch.data import random_batch
+        train = self.train
+        tok, tgt = random_batch(self.corpus.train, self.B, self.T, train["seed"], s)
+        with self._autocast():  # the mean over this process's windows
+            loss = self.net(self._to_dev(tok), self._to_dev(tgt)).float()
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()  # DDP: every gradient is now the mean over all processes
+        loss_all, stop = self._mean_over_ranks(loss.item(), float(self.interrupted))
+        if trace is not None:  # test hook: which windows this process took, its own loss
+            trace.write(json.dumps({"step": s, "rank": self.rank, "loss": loss.item(),
+                                    "tokens": tok[self.rows].tolist()}) + "\n")
+            trace.flush()
+        if not math.isfinite(loss_all):
+            raise DivergedError("the training loss became %s at step %d; stopping. Try a "
+                                "smaller --lr or a tighter --clip." % (loss_all, s))
+        # global-norm clipping, as mhar-toy: scale by clip / norm when the norm exceeds it
+        norm = math.sqrt(sum(float(p.grad.float().pow(2).sum()) for _, p in self.named))
+        if not math.isfinite(norm):
+            raise DivergedError("the gradient norm became %s at step %d; stopping." % (norm, s))
+        if train["clip"] > 0 and norm > train["clip"]:
+            for _, p in self.named:
+                p.grad.mul_(train["clip"] / norm)
+        lr = learning_rate(train, s)
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+        self.opt.step()
+        return loss_all, norm, lr, stop > 0
+
+    def _report(self, s: int, loss: float, norm: float, lr: float, step_s: float,
+                elapsed: float) -> Optional[float]:
+        """After step s: validation when due, the metrics row (rank 0) and the progress line.
+        Returns the validation loss, or None when none was due."""
+        train = self.train
+        tps = self.B * self.T / step_s
+        val = None
+        if s % train["eval_every"] == 0 or s == train["steps"]:
+            val = self._validation_loss()
+        if self.metrics is not None:
+            write_metrics(self.metrics, s, loss, val, lr, norm, tps, elapsed)
+        eta = elapsed / (s - self.start_step) * (train["steps"] - s)
+        if not self.quiet and (s % train["log_every"] == 0 or s == train["steps"]
+                               or val is not None):
+            print("step %6d/%d  loss %.4f%s  lr %.2e  %.0f tok/s  ETA %s"
+                  % (s, train["steps"], loss, "" if val is None else "  val %.4f" % val,
+                     lr, tps, fmt_duration(eta)), file=sys.stderr, flush=True)
+        return val
+
+    def run(self) -> int:
+        """The steps from the start step to the last, checkpoints as due; the exit status. A
+        Ctrl-C (SIGINT) is noted and acted on after the step it came in, as mhar-toy train does:
+        the step finishes, its checkpoint is written, exit 130. (A KeyboardInterrupt raised at any
+        bytecode could stop AdamW half-way through the parameters, and the checkpoint would mix
+        two steps.)"""
+        if self.start_step is None:
+            return 0
+        self.interrupted = False
+
+        def note(_signum, _frame):
+            self.interrupted = True
+        old = signal.signal(signal.SIGINT, note)
+        try:
+            self._open_run_dir()
+            if not self.quiet:
+                self._announce()
+            # MHAR_DDP_TRACE=DIR (a test hook, py:ddp): each process appends the windows it took
+            # and its own loss at every step to DIR/rank<r>.jsonl
+            trace_dir = os.environ.get("MHAR_DDP_TRACE")
+            trace = open(os.path.join(trace_dir, "rank%d.jsonl" % self.rank), "a") \
+                if trace_dir else None
+            return self._loop(trace)
+        finally:
+            signal.signal(signal.SIGINT, old)
+
+    def _loop(self, trace) -> int:
+        """Steps until the last, --stop-after or a Ctrl-C; the exit status."""
+        a, train, run_dir = self.a, self.train, self.run_dir
+        t0 = time.monotonic()
+        last_val, last_loss, step = None, float("nan"), self.start_step
         while step < train["steps"]:
             s = step + 1
             ts = time.monotonic()
-            tok, tgt = random_batch(corpus.train, B, T, train["seed"], s)
-            with autocast():
-                loss = net(to_dev(tok), to_dev(tgt)).float()  # the mean over this process's windows
-            opt.zero_grad(set_to_none=True)
-            loss.backward()  # DDP: every gradient is now the mean over all processes
-            loss_all = mean_over_ranks(loss.item())
-            if trace is not None:  # test hook: which windows this process took, its own loss
-                trace.write(json.dumps({"step": s, "rank": rank, "loss": loss.item(),
-                                        "tokens": tok[rows].tolist()}) + "\n")
-                trace.flush()
-            if not math.isfinite(loss_all):
-                raise DivergedError("the training loss became %s at step %d; stopping. Try a "
-                                    "smaller --lr or a tighter --clip." % (loss_all, s))
-            last_loss = loss_all
-            # global-norm clipping, as mhar-toy: scale by clip / norm when the norm exceeds it
-            norm = math.sqrt(sum(float(p.grad.float().pow(2).sum()) for _, p in named))
-            if not math.isfinite(norm):
-                raise DivergedError("the gradient norm became %s at step %d; stopping." % (norm, s))
-            if train["clip"] > 0 and norm > train["clip"]:
-                scale = train["clip"] / norm
-                for _, p in named:
-                    p.grad.mul_(scale)
-            lr = learning_rate(train, s)
-            for g in opt.param_groups:
-                g["lr"] = lr
-            opt.step()
+            last_loss, norm, lr, interrupted = self._step(s, trace)
             step = s
-            step_s = time.monotonic() - ts
-            elapsed = time.monotonic() - t0
-            tps = B * T / step_s
-            val = None
-            if s % train["eval_every"] == 0 or s == train["steps"]:
-                last_val = val = validation_loss()
-            if rank == 0:
-                write_metrics(metrics, s, loss_all, val, lr, norm, tps, elapsed)
-            eta = elapsed / (s - start_step) * (train["steps"] - s)
-            if not quiet and (s % train["log_every"] == 0 or s == train["steps"] or val is not None):
-                print("step %6d/%d  loss %.4f%s  lr %.2e  %.0f tok/s  ETA %s"
-                      % (s, train["steps"], loss_all, "" if val is None else "  val %.4f" % val,
-                         lr, tps, fmt_duration(eta)), file=sys.stderr, flush=True)
-            stop = a.stop_after > 0 and s >= a.stop_after and s < train["steps"]
+            val = self._report(s, last_loss, norm, lr, time.monotonic() - ts,
+                               time.monotonic() - t0)
+            last_val = last_val if val is None else val
+            stop = interrupted or (a.stop_after > 0 and s >= a.stop_after and s < train["steps"])
             if s % train["ckpt_every"] == 0 or s == train["steps"] or stop:
-                save(s)
+                self._save(s)
+            if stop and not self.quiet:
+                how = ("\ninterrupted: checkpoint of step %d saved in %s" if interrupted else
+                       "stopped after step %d (--stop-after): checkpoint saved in %s")
+                print(how % (s, run_dir) + "; continue with `mhar-train-ddp --resume %s`"
+                      % run_dir, file=sys.stderr)
             if stop:
-                if not quiet:
-                    print("stopped after step %d (--stop-after): checkpoint saved in %s; continue "
-                          "with `mhar-train-ddp --resume %s`" % (s, run_dir, run_dir),
-                          file=sys.stderr)
-                return 0
-    except KeyboardInterrupt:
-        save(step)
-        if not quiet:
-            print("\ninterrupted: checkpoint of step %d saved in %s; continue with "
-                  "`mhar-train-ddp --resume %s`" % (step, run_dir, run_dir),
-                  file=sys.stderr)
-        return EXIT_INTERRUPTED
-    if not quiet:
-        print("done: %d steps, final train loss %.4f, val loss %s; run in %s (heatmaps: "
-              "mhar-toy heatmap %s)" % (train["steps"], last_loss,
-                                        "-" if last_val is None else "%.4f" % last_val, run_dir,
-                                        run_dir), file=sys.stderr)
-    return 0
-
+                return EXIT_INTERRUPTED if interrupted else 0
+        if not self.quiet:
+            print("done: %d steps, final train loss %.4f, val loss %s; run in %s (heatmaps: "
+                  "mhar-toy heatmap %s)" % (train["steps"], last_loss,
+                                            "-" if last_val is None else "%.4f" % last_val,
+                                            run_dir, run_dir), file=sys.stderr)
+        return 0
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """The command line (`mhar-train-ddp`): exit 0, 2 for unusable input, 3 when the loss
-    diverged, 4 when PyTorch or NumPy is missing, 130 when interrupted (after a checkpoint)."""
+    """The command line (`mhar-train-ddp`): exit 0, 1 when a file cannot be written (a full disk),
+    2 for unusable input, 3 when the loss diverged, 4 when PyTorch or NumPy is missing, 130 when
+    interrupted (after a checkpoint): mhar-toy's codes (docs/cli.md)."""
     try:
         return train(sys.argv[1:] if argv is None else argv)
     except UsageError as e:
@@ -484,10 +566,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     except DivergedError as e:
         print("mhar-train-ddp: %s" % e, file=sys.stderr)
         return EXIT_DIVERGED
+    except KeyboardInterrupt:  # a Ctrl-C before the steps began (during them, run() saves)
+        print("\nmhar-train-ddp: interrupted before the first step; nothing was saved",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
     except ImportError as e:
         print("mhar-train-ddp: cannot import %s (install PyTorch and NumPy: Debian's python3-torch "
               "and python3-numpy)" % e.name, file=sys.stderr)
         return EXIT_UNAVAILABLE
+    except OSError as e:  # a run directory or file that cannot be written: one line, no traceback
+        where = "%s: " % e.filename if e.filename else ""
+        print("mhar-train-ddp: error: %s%s" % (where, e.strerror or e), file=sys.stderr)
+        return EXIT_USAGE if e.errno in USAGE_ERRNOS else EXIT_FAILURE
     except Exception as e:  # the package's own refusals: data and checkpoint files
         from mhar_torch import CheckpointError
         from mhar_torch.data import DataError

@@ -5,11 +5,14 @@
 - Damaged files (truncated, another format or version, a bad config, a renamed, reshaped or
   non-finite tensor, garbage) are refused by mhar_torch.load_checkpoint with a message naming
   the problem, and by `mhar-toy eval` (exit 2): both readers agree.
-- mhar-train-ddp turns bad input into one line and exit status 2, never a traceback.
+- mhar-train-ddp turns bad input into one line and exit status 2, never a traceback; a file it
+  cannot write (a full disk) into one line naming the file and exit 1, the run's files kept.
 """
 
 import os
+import resource
 import shutil
+import signal
 
 import pytest
 
@@ -147,6 +150,8 @@ CLI = [  # id, arguments (WORK and RUN replaced), words of the one line
     ("existing-run", ["--out", "RUN", "--data", common.CORPUS], "already holds a run"),
     ("bad-flag", ["--batch", "3", "--steps", "0", "--out", "WORK/z"], "--steps must be"),
     ("bad-routing", ["--routing", "quick", "--out", "WORK/r"], "invalid choice: 'quick'"),
+    ("out-under-a-file", ["--out", "WORK/a-file/run", "--data", common.CORPUS, "--init", "torch"],
+     "a-file/run: Not a directory"),
 ]
 
 
@@ -156,9 +161,83 @@ def test_bad_input_one_line_exit_2(run, work, name, args, words):
     shutil.copytree(run, bad_run)
     with open(os.path.join(bad_run, "checkpoint.safetensors"), "r+b") as f:
         f.truncate(os.path.getsize(f.name) - 10)
+    open(os.path.join(work, "a-file"), "w").close()
     args = [a.replace("WORK", work).replace("RUN", run) for a in args]
     rc, _, err = common.run(common.TRAIN_DDP + args, env=common.torch_env(threads=1),
                             expect=None, timeout=60)
     last = err.strip().splitlines()[-1] if err.strip() else ""
     print("\nmhar-train-ddp %s: exit %d: %s" % (name, rc, last))
     assert rc == 2 and "Traceback" not in err and words in err, err
+
+
+def small_files(limit):
+    """For a child process: no file over `limit` bytes can be written, write() failing with EFBIG
+    as it fails with ENOSPC on a full disk (SIGXFSZ ignored, so the write returns the error)."""
+    def cap():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return cap
+
+
+def test_full_disk_one_line_exit_1_run_kept(run, work):
+    """mhar-train-ddp continues mhar-toy's 3-step run to step 5 where no file over 8 KiB can be
+    written: config.json and the metrics fit, the step-5 optimizer state (written first) does
+    not. One line naming that file, exit 1, no traceback; the
+    run's checkpoint and optimizer state are still step 3's, and no temporary file is left."""
+    import subprocess
+    from mhar_torch import load_checkpoint, load_optimizer
+    mine = os.path.join(work, "run")
+    shutil.copytree(run, mine)
+    opt = os.path.join(mine, "optimizer.safetensors")
+    assert os.path.getsize(opt) > 8192, "the test needs files the limit refuses"
+    before = {n: open(os.path.join(mine, n), "rb").read()
+              for n in ("checkpoint.safetensors", "optimizer.safetensors")}
+    p = subprocess.run(common.TRAIN_DDP + ["--resume", mine, "--steps", "5"],
+                       env=common.torch_env(threads=1), capture_output=True, text=True,
+                       timeout=120, preexec_fn=small_files(8192))
+    print("\nmhar-train-ddp, files over 8 KiB refused: exit %d: %s"
+          % (p.returncode, p.stderr.strip().splitlines()[-1:]))
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    assert "optimizer.safetensors: writing it failed: File too large" in p.stderr, p.stderr
+    for n, data in before.items():
+        assert open(os.path.join(mine, n), "rb").read() == data, n + " changed"
+    assert load_checkpoint(mine).step == 3
+    assert load_optimizer(opt, load_checkpoint(mine).cfg)[2] == 3
+    left = [n for n in os.listdir(mine) if n.endswith(".tmp")]
+    assert not left, left
+
+
+def test_interrupted_exit_130_checkpoint_of_last_step(work):
+    """Ctrl-C (SIGINT) in the middle of a run: exit 130, one line naming the step saved, and the
+    checkpoint and optimizer state are those of the last step in metrics.csv; --resume continues
+    from it."""
+    import subprocess
+    import time
+    from mhar_torch import load_checkpoint, load_optimizer
+    out = os.path.join(work, "run")
+    args = ["--d", "16", "--layers", "1", "--n-head", "2", "--n-kv-head", "1", "--ffn", "24",
+            "--seq-len", "16", "--batch", "2", "--steps", "1000000", "--eval-every", "1000000",
+            "--ckpt-every", "1000000", "--init", "torch", "--data", common.CORPUS, "--out", out]
+    p = subprocess.Popen(common.TRAIN_DDP + args, env=common.torch_env(threads=1),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    csv = os.path.join(out, "metrics.csv")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and p.poll() is None:  # a few steps taken
+        if os.path.exists(csv) and len(open(csv).read().splitlines()) > 5:
+            break
+        time.sleep(0.05)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    last = err.strip().splitlines()[-1] if err.strip() else ""
+    print("\nmhar-train-ddp, SIGINT: exit %d: %s" % (p.returncode, last))
+    assert p.returncode == 130 and "Traceback" not in err, err
+    step = int(open(csv).read().splitlines()[-1].split(",")[0])
+    assert last.startswith("interrupted: checkpoint of step %d saved" % step), err
+    ck = load_checkpoint(out)
+    assert ck.step == step
+    assert load_optimizer(os.path.join(out, "optimizer.safetensors"), ck.cfg)[2] == step
+    rc, _, err = common.run(common.TRAIN_DDP + ["--resume", out, "--steps", str(step + 2)],
+                            env=common.torch_env(threads=1), timeout=60)
+    assert "resuming %s from step %d" % (out, step) in err, err
+    assert load_checkpoint(out).step == step + 2
+
