@@ -15,7 +15,6 @@ refusals stay those of the C++ reader) and hands the data to NumPy; the package 
 import json
 import os
 import stat
-import tempfile
 
 import numpy as np
 
@@ -261,14 +260,17 @@ def encode(tensors, metadata=None):
 
 
 def write_atomic(path, content):
-    """Writes bytes to `path` through a temporary file in the same folder, fsync and rename: a
-    reader (or a crash) sees the old file or the new one, never half of one. An OSError names
+    """Writes bytes to `path` through a temporary file beside it, fsync and rename: a reader (or a
+    crash) sees the old file or the new one, never half of one. The temporary is
+    "<path>.tmp-<pid>", the name mhar-toy's writer gives its own, so that either program's resume
+    removes what a killed writer left (run_dir.remove_stale_temporaries, tools/run_dir.h); the
+    file gets the permissions the umask allows, as one `open` would give it. An OSError names
     `path` (its filename) and says what failed."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
+    tmp = "%s.tmp-%d" % (path, os.getpid())
     try:
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
-                                   dir=folder)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
     except OSError as e:  # name the file asked for, not the temporary one
         raise OSError(e.errno, "cannot write it: %s" % e.strerror, path) from None
     try:

@@ -13,8 +13,9 @@ draw at that step, and DistributedDataParallel averages the gradients, so N proc
 steps one process takes (to float rounding). gloo on the CPU, NCCL on GPUs.
 
 The run directory holds what mhar-toy train writes: config.json, metrics.jsonl, metrics.csv,
-checkpoint.safetensors and optimizer.safetensors (rank 0 writes them, atomically), so
-`mhar-toy eval`, `mhar-toy heatmap`, `mhar-toy sample` and `mhar-toy train --resume` open it.
+checkpoint.safetensors and optimizer.safetensors (rank 0 writes them, as mhar-toy does:
+mhar_torch/run_dir.py), so `mhar-toy eval`, `mhar-toy heatmap`, `mhar-toy sample` and
+`mhar-toy train --resume` open it.
 Routing heatmaps are not drawn here: run `mhar-toy heatmap DIR`.
 """
 
@@ -142,6 +143,8 @@ def options_from_json(path):
         cfg = Config.from_dict(j["model"], path)
         train = {k: j["train"][k] for k in TRAIN_KEYS if k != "figure_formats"}
         train["figure_formats"] = j["train"].get("figure_formats", "png,svg")
+        # how step 0 was drawn (a run that mhar-toy started: its own initialisation)
+        train["init"] = j.get("pytorch", {}).get("init", "mhar")
     except ConfigError as e:
         raise UsageError(str(e)) from None
     except (KeyError, TypeError) as e:
@@ -294,23 +297,44 @@ def train(argv):
         run_dir = a.out or "runs/%s-h%d-seed%d-torch" % (a.mode, cfg.route_heads, a.seed)
     validate(cfg, train, world)
     corpus = Corpus(train["data"], train["val_fraction"], cfg.T)  # fail before creating anything
-    if a.resume is None and rank == 0:
-        if os.path.exists(os.path.join(run_dir, "checkpoint.safetensors")) or \
-                os.path.exists(os.path.join(run_dir, "config.json")):
-            raise UsageError("'%s' already holds a run; continue it with --resume %s or choose "
-                             "another --out (nothing is overwritten)" % (run_dir, run_dir))
-
-    if world > 1:
-        if use_cuda:
-            torch.cuda.set_device(device)
-        dist.init_process_group(backend=backend)
-    quiet = a.quiet or rank != 0
+    # rank 0 writes the run directory: locked (and a resume's kill leftovers cleared) before the
+    # other ranks read it, since they join the process group only once rank 0 has
+    lock = lock_run_dir(a, run_dir) if rank == 0 else None
     try:
+        if world > 1:
+            if use_cuda:
+                torch.cuda.set_device(device)
+            dist.init_process_group(backend=backend)
+        quiet = a.quiet or rank != 0
         return _Trainer(a, cfg, train, run_dir, corpus, world, rank, device, backend,
                         quiet).run()
     finally:
         if world > 1 and dist.is_initialized():
             dist.destroy_process_group()
+        if lock is not None:
+            lock.release()
+
+
+def lock_run_dir(a, run_dir: str):
+    """The run directory (created for a new run) under mhar-toy's lock, before anything there is
+    read or written: one writer at a time, mhar-toy included. A new run refuses a directory that
+    holds one; a resumed one first clears what a killed writer left (mhar_torch/run_dir.py)."""
+    from mhar_torch.run_dir import DirLock, RunDirBusy, recover_state, remove_stale_temporaries
+    if a.resume is None:
+        os.makedirs(run_dir, exist_ok=True)
+    try:
+        lock = DirLock(run_dir, "train_ddp")
+    except RunDirBusy as e:
+        raise UsageError(str(e)) from None
+    if a.resume is None and any(os.path.exists(os.path.join(run_dir, n))
+                                for n in ("checkpoint.safetensors", "config.json")):
+        lock.release()
+        raise UsageError("'%s' already holds a run; continue it with --resume %s or choose "
+                         "another --out (nothing is overwritten)" % (run_dir, run_dir))
+    if a.resume is not None:
+        remove_stale_temporaries(run_dir)
+        recover_state(run_dir)
+    return lock
 
 
 class _Trainer:
@@ -345,6 +369,14 @@ class _Trainer:
         if not a.resume:
             # mhar-toy's initialisation, bit for bit (or, with --init torch, PyTorch's draws)
             self.model = MharModel(self.cfg, seed=train["seed"], init=a.init)
+            return 0, None
+        if not any(os.path.exists(os.path.join(run_dir, n))
+                   for n in ("checkpoint.safetensors", "optimizer.safetensors")):
+            # stopped before its first checkpoint: step 0 is the seed's, as mhar-toy resumes it
+            if train["init"] not in ("mhar", "torch"):
+                raise UsageError("%s: no checkpoint to resume from, and config.json does not say "
+                                 "how the model was initialised" % run_dir)
+            self.model = MharModel(self.cfg, seed=train["seed"], init=train["init"])
             return 0, None
         ck = load_checkpoint(os.path.join(run_dir, "checkpoint.safetensors"))
         if ck.cfg.to_dict() != self.cfg.to_dict():
@@ -437,15 +469,14 @@ class _Trainer:
         return total / train["eval_batches"]
 
     def _save(self, step: int) -> None:
-        from mhar_torch import save_checkpoint, save_optimizer
+        """Rank 0: the checkpoint and the optimizer state of `step`, committed together as
+        mhar-toy commits them (a kill at any moment leaves a pair of one step)."""
+        from mhar_torch.run_dir import commit_state
         if self.rank != 0:
             return
         m = {n: self.opt.state[p]["exp_avg"] for n, p in self.named}
         v = {n: self.opt.state[p]["exp_avg_sq"] for n, p in self.named}
-        # the optimizer first: a checkpoint never refers to moments that are not on disk yet
-        save_optimizer(os.path.join(self.run_dir, "optimizer.safetensors"), self.cfg, m, v, step)
-        save_checkpoint(os.path.join(self.run_dir, "checkpoint.safetensors"), self.model, step,
-                        {"seed": str(self.train["seed"])})
+        commit_state(self.run_dir, self.model, m, v, step, {"seed": str(self.train["seed"])})
 
     def _step(self, s: int, trace) -> tuple:
         """Step s: forward, backward (DDP averages the gradients), clipping, AdamW. Returns (the

@@ -181,8 +181,8 @@ def small_files(limit):
 
 def test_full_disk_one_line_exit_1_run_kept(run, work):
     """mhar-train-ddp continues mhar-toy's 3-step run to step 5 where no file over 8 KiB can be
-    written: config.json and the metrics fit, the step-5 optimizer state (written first) does
-    not. One line naming that file, exit 1, no traceback; the
+    written: config.json and the metrics fit, the step-5 optimizer state (written first, as
+    optimizer.next.safetensors) does not. One line naming that file, exit 1, no traceback; the
     run's checkpoint and optimizer state are still step 3's, and no temporary file is left."""
     import subprocess
     from mhar_torch import load_checkpoint, load_optimizer
@@ -198,12 +198,12 @@ def test_full_disk_one_line_exit_1_run_kept(run, work):
     print("\nmhar-train-ddp, files over 8 KiB refused: exit %d: %s"
           % (p.returncode, p.stderr.strip().splitlines()[-1:]))
     assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
-    assert "optimizer.safetensors: writing it failed: File too large" in p.stderr, p.stderr
+    assert "optimizer.next.safetensors: writing it failed: File too large" in p.stderr, p.stderr
     for n, data in before.items():
         assert open(os.path.join(mine, n), "rb").read() == data, n + " changed"
     assert load_checkpoint(mine).step == 3
     assert load_optimizer(opt, load_checkpoint(mine).cfg)[2] == 3
-    left = [n for n in os.listdir(mine) if n.endswith(".tmp")]
+    left = [n for n in os.listdir(mine) if ".tmp" in n or ".next." in n]
     assert not left, left
 
 
@@ -241,3 +241,106 @@ def test_interrupted_exit_130_checkpoint_of_last_step(work):
     assert "resuming %s from step %d" % (out, step) in err, err
     assert load_checkpoint(out).step == step + 2
 
+
+TINY = ["--d", "16", "--layers", "1", "--n-head", "2", "--n-kv-head", "1", "--ffn", "24",
+        "--seq-len", "16", "--batch", "2", "--init", "torch", "--data", common.CORPUS]
+
+
+def test_run_dir_recovers_as_mhar_toy(run, work):
+    """mhar_torch.run_dir on the states a kill leaves (mhar-toy's rules, tools/run_dir.h): a next
+    optimizer file of the checkpoint's step is renamed into place (killed between renames 2 and
+    3), one of another step is discarded (killed before 2), "<name>.tmp-<pid>" files go, and a
+    second writer is refused while the lock is held."""
+    from mhar_torch import load_checkpoint, load_optimizer, save_optimizer
+    from mhar_torch.run_dir import (DirLock, RunDirBusy, recover_state,
+                                    remove_stale_temporaries, step_of)
+    d = os.path.join(work, "run")
+    shutil.copytree(run, d)
+    ck = load_checkpoint(d)
+    m, v, step = load_optimizer(os.path.join(d, "optimizer.safetensors"), ck.cfg)
+    nxt = os.path.join(d, "optimizer.next.safetensors")
+    os.remove(os.path.join(d, "optimizer.safetensors"))
+    save_optimizer(nxt, ck.cfg, m, v, step)  # between renames 2 and 3
+    recover_state(d)
+    assert not os.path.exists(nxt) and step_of(os.path.join(d, "optimizer.safetensors")) == step
+    save_optimizer(nxt, ck.cfg, m, v, step + 1)  # before rename 2
+    recover_state(d)
+    assert not os.path.exists(nxt) and step_of(os.path.join(d, "optimizer.safetensors")) == step
+    for name in ("checkpoint.safetensors.tmp-12345", "heatmaps/x.png.tmp-7"):
+        os.makedirs(os.path.dirname(os.path.join(d, name)), exist_ok=True)
+        open(os.path.join(d, name), "w").close()
+    open(os.path.join(d, "notes.tmp-x"), "w").close()  # not a writer's temporary: kept
+    assert remove_stale_temporaries(d) == 2 and os.path.exists(os.path.join(d, "notes.tmp-x"))
+    lock = DirLock(d, "test")
+    with pytest.raises(RunDirBusy, match="in use by another process \\(pid %d, test\\)"
+                       % os.getpid()):
+        DirLock(d, "second")
+    rc, _, err = common.run(common.TRAIN_DDP + ["--resume", d, "--steps", "5"],
+                            env=common.torch_env(threads=1), expect=None, timeout=60)
+    assert rc == 2 and "is in use by another process (pid %d, test)" % os.getpid() in err, err
+    lock.release()
+    DirLock(d, "third").release()
+
+
+def test_killed_at_random_moments_ends_as_uninterrupted(work):
+    """SIGKILL mhar-train-ddp at random moments of a run that commits every step, resume it each
+    time (mhar-toy's kill_resume.sh, for the twin): every resume starts (the checkpoint and the
+    optimizer state hold one step), and the run ends with the uninterrupted run's parameters and
+    losses, bit for bit."""
+    import random
+    import subprocess
+    import time
+    from mhar_torch import load_checkpoint
+    # the default model (3 MB of parameters, 6 MB of moments) on short windows: most of a step is
+    # its commit, so most kills land in one, between its writes and renames
+    flags = ["--seq-len", "16", "--batch", "2", "--init", "torch", "--data", common.CORPUS,
+             "--steps", "200", "--ckpt-every", "1", "--eval-every", "1000", "--log-every", "1000"]
+    ref, mine = os.path.join(work, "ref"), os.path.join(work, "killed")
+    env = common.torch_env(threads=1)
+    common.run(common.TRAIN_DDP + flags + ["--out", ref], env=env, timeout=120)
+    rng = random.Random(7)
+    first = common.TRAIN_DDP + flags + ["--out", mine]
+    kills = 0
+
+    def command():  # killed before config.json was written, the directory holds no run yet
+        started = os.path.exists(os.path.join(mine, "config.json"))
+        return common.TRAIN_DDP + ["--resume", mine] if started else first
+    for _ in range(6):  # six kills at most, then the run is let finish
+        p = subprocess.Popen(command(), env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(1.0, 5.0))
+        if p.poll() is not None:
+            break
+        p.kill()
+        p.wait(timeout=60)
+        kills += 1
+    rc, _, err = common.run(command(), env=env, expect=None, timeout=120)
+    assert rc == 0, err
+    a, b = load_checkpoint(ref), load_checkpoint(mine)
+    print("\nmhar-train-ddp killed %d times, then finished: step %d" % (kills, b.step))
+    assert kills >= 4 and a.step == b.step == 200
+    for (n, x), (_, y) in zip(a.model.checkpoint_parameters(), b.model.checkpoint_parameters()):
+        assert (x == y).all(), n
+    losses = [[line.split(",")[1] for line in open(os.path.join(r, "metrics.csv"))][1:]
+              for r in (ref, mine)]
+    assert losses[0] == losses[1]
+
+
+def test_killed_before_first_checkpoint_resumes_from_step_0(work):
+    """A run killed after it wrote config.json and before its first checkpoint: --resume starts
+    from step 0, drawn again from the seed as config.json says (--init torch here), and ends as
+    the uninterrupted run, bit for bit (mhar-toy resumes such a run the same way)."""
+    from mhar_torch import load_checkpoint
+    ref, mine = os.path.join(work, "ref"), os.path.join(work, "killed")
+    env = common.torch_env(threads=1)
+    common.run(common.TRAIN_DDP + TINY + ["--steps", "3", "--out", ref], env=env, timeout=60)
+    os.makedirs(mine)
+    shutil.copy(os.path.join(ref, "config.json"), mine)
+    open(os.path.join(mine, "optimizer.next.safetensors.tmp-99999"), "w").close()
+    _, _, err = common.run(common.TRAIN_DDP + ["--resume", mine], env=env, timeout=60)
+    assert "resuming" not in err, err
+    assert "optimizer.next.safetensors.tmp-99999" not in os.listdir(mine)
+    a, b = load_checkpoint(ref), load_checkpoint(mine)
+    assert a.step == b.step == 3
+    for (n, x), (_, y) in zip(a.model.checkpoint_parameters(), b.model.checkpoint_parameters()):
+        assert (x == y).all(), n
