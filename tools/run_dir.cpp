@@ -71,7 +71,7 @@ DirLock::DirLock(const fs::path& dir, const std::string& what) {
       throw UsageError(fmt::format("cannot lock '{}': {}", dir.string(), std::strerror(err)));
     while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
     throw UsageError(fmt::format(
-        "'{}' is in use by another mhar-toy ({}); one process at a time may write a run "
+        "'{}' is in use by another process ({}); one process at a time may write a run "
         "directory: wait for it to finish or stop it (nothing was changed here)",
         dir.string(), holder.empty() ? std::string("pid unknown") : holder));
   }

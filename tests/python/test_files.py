@@ -246,11 +246,12 @@ TINY = ["--d", "16", "--layers", "1", "--n-head", "2", "--n-kv-head", "1", "--ff
         "--seq-len", "16", "--batch", "2", "--init", "torch", "--data", common.CORPUS]
 
 
-def test_run_dir_recovers_as_mhar_toy(run, work):
+def test_run_dir_recovers_as_mhar_toy(run, work, toy):
     """mhar_torch.run_dir on the states a kill leaves (mhar-toy's rules, tools/run_dir.h): a next
     optimizer file of the checkpoint's step is renamed into place (killed between renames 2 and
     3), one of another step is discarded (killed before 2), "<name>.tmp-<pid>" files go, and a
-    second writer is refused while the lock is held."""
+    second writer is refused while the lock is held: another DirLock, mhar-train-ddp and mhar-toy
+    train (exit 2, naming the holder)."""
     from mhar_torch import load_checkpoint, load_optimizer, save_optimizer
     from mhar_torch.run_dir import (DirLock, RunDirBusy, recover_state,
                                     remove_stale_temporaries, step_of)
@@ -277,6 +278,8 @@ def test_run_dir_recovers_as_mhar_toy(run, work):
         DirLock(d, "second")
     rc, _, err = common.run(common.TRAIN_DDP + ["--resume", d, "--steps", "5"],
                             env=common.torch_env(threads=1), expect=None, timeout=60)
+    assert rc == 2 and "is in use by another process (pid %d, test)" % os.getpid() in err, err
+    rc, _, err = common.run([toy, "train", "--resume", d, "--steps", "5"], expect=None, timeout=60)
     assert rc == 2 and "is in use by another process (pid %d, test)" % os.getpid() in err, err
     lock.release()
     DirLock(d, "third").release()
