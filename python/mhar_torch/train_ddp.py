@@ -420,7 +420,13 @@ class _Trainer:
             return
         os.makedirs(run_dir, exist_ok=True)
         if not a.resume or a.steps is not None:
-            init = "resumed at step %d" % self.start_step if a.resume else a.init
+            # how step 0 was drawn: a run resumed before its first checkpoint still starts there
+            if not a.resume:
+                init = a.init
+            elif self.start_step == 0:
+                init = self.train["init"]
+            else:
+                init = "resumed at step %d" % self.start_step
             write_atomic(os.path.join(run_dir, "config.json"),
                          options_to_json(self.cfg, self.train, self.world, self.backend, init,
                                          a.autocast).encode())

@@ -9,6 +9,7 @@
   cannot write (a full disk) into one line naming the file and exit 1, the run's files kept.
 """
 
+import json
 import os
 import resource
 import shutil
@@ -340,8 +341,11 @@ def test_killed_before_first_checkpoint_resumes_from_step_0(work):
     os.makedirs(mine)
     shutil.copy(os.path.join(ref, "config.json"), mine)
     open(os.path.join(mine, "optimizer.next.safetensors.tmp-99999"), "w").close()
-    _, _, err = common.run(common.TRAIN_DDP + ["--resume", mine], env=env, timeout=60)
+    _, _, err = common.run(common.TRAIN_DDP + ["--resume", mine, "--steps", "3"], env=env,
+                           timeout=60)
     assert "resuming" not in err, err
+    with open(os.path.join(mine, "config.json")) as f:  # rewritten (--steps): still step 0's draw
+        assert json.load(f)["pytorch"]["init"] == "torch"
     assert "optimizer.next.safetensors.tmp-99999" not in os.listdir(mine)
     a, b = load_checkpoint(ref), load_checkpoint(mine)
     assert a.step == b.step == 3
