@@ -286,43 +286,76 @@ def test_run_dir_recovers_as_mhar_toy(run, work, toy):
     DirLock(d, "third").release()
 
 
+def committed_step(folder):
+    """The step of the run's checkpoint, 0 before the first (each commit replaces it whole)."""
+    from mhar_torch.run_dir import step_of
+    from mhar_torch.safetensors_io import FormatError
+    path = os.path.join(folder, "checkpoint.safetensors")
+    for _ in range(2):  # the first commit may land between the two looks
+        try:
+            return step_of(path)
+        except FormatError:  # none yet (a commit replaces it whole: never half a file)
+            if not os.path.exists(path):
+                return 0
+    raise AssertionError(path + " exists but cannot be read")
+
+
+def kill_at_random(p, rng, folder, start_up):
+    """SIGKILLs p: during its start-up (a random moment in its first 1.5 s), or once it has
+    committed 1 to 15 more steps and then a random part of one more step (its length measured
+    between two commits), so the kill lands in a random phase of a step whatever the machine's
+    speed. Returns False if p ended first."""
+    import time
+    if start_up:
+        time.sleep(rng.uniform(0.1, 1.5))
+    else:
+        target, deadline = committed_step(folder) + rng.randint(2, 15), time.monotonic() + 120
+        seen, step_s = (committed_step(folder), time.monotonic()), 0.04
+        while p.poll() is None and seen[0] < target:
+            assert time.monotonic() < deadline, "no commit of step %d within 120 s" % target
+            time.sleep(0.002)
+            now = (committed_step(folder), time.monotonic())
+            if now[0] == seen[0] + 1:
+                step_s = now[1] - seen[1]
+            if now[0] != seen[0]:
+                seen = now
+        time.sleep(rng.uniform(0.0, step_s))
+    if p.poll() is not None:
+        return False
+    p.kill()
+    p.wait(timeout=60)
+    return True
+
+
 def test_killed_at_random_moments_ends_as_uninterrupted(work):
-    """SIGKILL mhar-train-ddp at random moments of a run that commits every step, resume it each
-    time (mhar-toy's kill_resume.sh, for the twin): every resume starts (the checkpoint and the
-    optimizer state hold one step), and the run ends with the uninterrupted run's parameters and
-    losses, bit for bit."""
+    """SIGKILL mhar-train-ddp at random moments of a run that commits every step (once in its
+    start-up, then nine times within steps), resume it each time (mhar-toy's kill_resume.sh, for
+    the twin): every resume starts (the checkpoint and the optimizer state hold one step), and
+    the run ends with the uninterrupted run's parameters and losses, bit for bit."""
     import random
     import subprocess
-    import time
     from mhar_torch import load_checkpoint
     # the default model (3 MB of parameters, 6 MB of moments) on short windows: most of a step is
-    # its commit, so most kills land in one, between its writes and renames
+    # its commit, so many kills land in one, between its writes and renames
     flags = ["--seq-len", "16", "--batch", "2", "--init", "torch", "--data", common.CORPUS,
              "--steps", "200", "--ckpt-every", "1", "--eval-every", "1000", "--log-every", "1000"]
     ref, mine = os.path.join(work, "ref"), os.path.join(work, "killed")
     env = common.torch_env(threads=1)
     common.run(common.TRAIN_DDP + flags + ["--out", ref], env=env, timeout=120)
     rng = random.Random(7)
-    first = common.TRAIN_DDP + flags + ["--out", mine]
-    kills = 0
 
     def command():  # killed before config.json was written, the directory holds no run yet
         started = os.path.exists(os.path.join(mine, "config.json"))
-        return common.TRAIN_DDP + ["--resume", mine] if started else first
-    for _ in range(6):  # six kills at most, then the run is let finish
+        return common.TRAIN_DDP + (["--resume", mine] if started else flags + ["--out", mine])
+    for k in range(10):  # at most 9 × 16 steps < 200: the run cannot end before a kill
         p = subprocess.Popen(command(), env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(1.0, 5.0))
-        if p.poll() is not None:
-            break
-        p.kill()
-        p.wait(timeout=60)
-        kills += 1
+        assert kill_at_random(p, rng, mine, start_up=k == 0), "the run ended before kill %d" % k
     rc, _, err = common.run(command(), env=env, expect=None, timeout=120)
     assert rc == 0, err
     a, b = load_checkpoint(ref), load_checkpoint(mine)
-    print("\nmhar-train-ddp killed %d times, then finished: step %d" % (kills, b.step))
-    assert kills >= 4 and a.step == b.step == 200
+    print("\nmhar-train-ddp killed 10 times, then finished: step %d" % b.step)
+    assert a.step == b.step == 200
     for (n, x), (_, y) in zip(a.model.checkpoint_parameters(), b.model.checkpoint_parameters()):
         assert (x == y).all(), n
     losses = [[line.split(",")[1] for line in open(os.path.join(r, "metrics.csv"))][1:]
