@@ -85,19 +85,6 @@ def step_of(path: str) -> int:
     return _step(metadata, path)
 
 
-def _fsync_dir(folder: str) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def commit_state(folder: str, model, m: Dict, v: Dict, step: int,
                  extra: Optional[Dict[str, str]] = None) -> None:
     """Commits the checkpoint and the optimizer state of `step` together (the renames above)."""
@@ -105,7 +92,7 @@ def commit_state(folder: str, model, m: Dict, v: Dict, step: int,
     save_optimizer(nxt, model.cfg, m, v, step)                                 # 1
     save_checkpoint(os.path.join(folder, CHECKPOINT_FILE), model, step, extra)  # 2: the commit
     os.replace(nxt, os.path.join(folder, OPTIMIZER_FILE))                      # 3
-    _fsync_dir(folder)
+    st.fsync_dir(folder)
 
 
 def recover_state(folder: str) -> None:
@@ -124,4 +111,4 @@ def recover_state(folder: str) -> None:
         os.replace(nxt, os.path.join(folder, OPTIMIZER_FILE))  # a kill came between 2 and 3
     else:
         os.unlink(nxt)  # a kill came before 2: the older pair stands
-    _fsync_dir(folder)
+    st.fsync_dir(folder)

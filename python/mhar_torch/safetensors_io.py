@@ -288,7 +288,13 @@ def write_atomic(path, content):
             raise OSError(e.errno, "writing it failed: %s (an earlier file of that name is kept)"
                           % e.strerror, path) from None
         raise
-    try:  # make the rename itself durable
+    fsync_dir(folder)  # make the rename itself durable
+
+
+def fsync_dir(folder):
+    """fsync a folder, so that a rename in it survives a crash (best effort: some file systems
+    refuse it)."""
+    try:
         dfd = os.open(folder, os.O_RDONLY)
         try:
             os.fsync(dfd)

@@ -319,7 +319,8 @@ def lock_run_dir(a, run_dir: str):
     """The run directory (created for a new run) under mhar-toy's lock, before anything there is
     read or written: one writer at a time, mhar-toy included. A new run refuses a directory that
     holds one; a resumed one first clears what a killed writer left (mhar_torch/run_dir.py)."""
-    from mhar_torch.run_dir import DirLock, RunDirBusy, recover_state, remove_stale_temporaries
+    from mhar_torch.run_dir import (CHECKPOINT_FILE, DirLock, RunDirBusy, recover_state,
+                                    remove_stale_temporaries)
     if a.resume is None:
         os.makedirs(run_dir, exist_ok=True)
     try:
@@ -327,7 +328,7 @@ def lock_run_dir(a, run_dir: str):
     except RunDirBusy as e:
         raise UsageError(str(e)) from None
     if a.resume is None and any(os.path.exists(os.path.join(run_dir, n))
-                                for n in ("checkpoint.safetensors", "config.json")):
+                                for n in (CHECKPOINT_FILE, "config.json")):
         lock.release()
         raise UsageError("'%s' already holds a run; continue it with --resume %s or choose "
                          "another --out (nothing is overwritten)" % (run_dir, run_dir))
@@ -365,24 +366,25 @@ class _Trainer:
         """(start step, AdamW's moments): the resumed run's, or a new model at step 0; start step
         None when the resumed run has already taken its steps."""
         from mhar_torch import MharModel, load_checkpoint, load_optimizer
+        from mhar_torch.run_dir import CHECKPOINT_FILE, OPTIMIZER_FILE
         a, train, run_dir = self.a, self.train, self.run_dir
         if not a.resume:
             # mhar-toy's initialisation, bit for bit (or, with --init torch, PyTorch's draws)
             self.model = MharModel(self.cfg, seed=train["seed"], init=a.init)
             return 0, None
         if not any(os.path.exists(os.path.join(run_dir, n))
-                   for n in ("checkpoint.safetensors", "optimizer.safetensors")):
+                   for n in (CHECKPOINT_FILE, OPTIMIZER_FILE)):
             # stopped before its first checkpoint: step 0 is the seed's, as mhar-toy resumes it
             if train["init"] not in ("mhar", "torch"):
                 raise UsageError("%s: no checkpoint to resume from, and config.json does not say "
                                  "how the model was initialised" % run_dir)
             self.model = MharModel(self.cfg, seed=train["seed"], init=train["init"])
             return 0, None
-        ck = load_checkpoint(os.path.join(run_dir, "checkpoint.safetensors"))
+        ck = load_checkpoint(os.path.join(run_dir, CHECKPOINT_FILE))
         if ck.cfg.to_dict() != self.cfg.to_dict():
             raise UsageError("%s: checkpoint.safetensors holds a different model than config.json"
                              % run_dir)
-        m, v, ostep = load_optimizer(os.path.join(run_dir, "optimizer.safetensors"), self.cfg)
+        m, v, ostep = load_optimizer(os.path.join(run_dir, OPTIMIZER_FILE), self.cfg)
         if ostep != ck.step:
             raise UsageError("%s: the optimizer state is from step %d, the checkpoint from step %d"
                              % (run_dir, ostep, ck.step))
@@ -417,8 +419,7 @@ class _Trainer:
         from mhar_torch.safetensors_io import write_atomic
         a, run_dir = self.a, self.run_dir
         if self.rank != 0:
-            return
-        os.makedirs(run_dir, exist_ok=True)
+            return  # (lock_run_dir made the folder of a new run)
         if not a.resume or a.steps is not None:
             # how step 0 was drawn: a run resumed before its first checkpoint still starts there
             if not a.resume:
