@@ -6,8 +6,8 @@
 #include "cases.h"
 
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -17,6 +17,7 @@
 #include "file_util.h"
 #include "half.h"
 #include "safetensors.h"
+#include "strict_json.h"
 
 namespace mhar::verify {
 
@@ -624,44 +625,50 @@ Manifest write_cases(const std::string& dir, const std::string& set,
   return m;
 }
 
+namespace {
+
+/// One entry of the manifest's "cases" list (the strict getters name the key that is wrong).
+ManifestEntry manifest_entry(const nlohmann::json& e, const std::string& path) {
+  ManifestEntry me;
+  me.file = io::get_string(e, "file", path);
+  if (me.file.empty() || me.file.find('/') != std::string::npos || me.file[0] == '.')
+    throw CaseError(path + ": case file name '" + me.file + "' is not a plain file name");
+  me.id = io::get_string(e, "id", path);
+  me.why = io::get_string(e, "why", path);
+  me.dtype = parse_dtype(io::get_string(e, "dtype", path));
+  return me;
+}
+
+}  // namespace
+
 Manifest load_manifest(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / "manifest.json").string();
   if (!std::filesystem::is_directory(dir))
     throw CaseError(dir + ": no such directory (make one with `mhar-toy cases --out " + dir + "`)");
-  std::ifstream in(path);
-  if (!in) throw CaseError(path + ": cannot open (is " + dir + " a cases directory?)");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw CaseError(path + ": not valid JSON (at byte " + std::to_string(e.byte) + ")");
-  }
+  if (!std::filesystem::exists(path))
+    throw CaseError(path + ": cannot open (is " + dir + " a cases directory?)");
   Manifest m;
   try {
-    if (j.at("format").get<std::string>() != kCasesFormat)
+    const nlohmann::json j = io::read_json_file_strict(path);
+    if (io::get_string(j, "format", path) != kCasesFormat)
       throw CaseError(path + ": format is not '" + std::string(kCasesFormat) + "'");
-    if (j.at("format_version").get<int>() != kCasesFormatVersion)
-      throw CaseError(path + ": format_version " + j.at("format_version").dump() +
+    if (const int64_t v = io::get_int(j, "format_version", 0, INT32_MAX, path);
+        v != kCasesFormatVersion)
+      throw CaseError(path + ": format_version " + std::to_string(v) +
                       " is not supported (this build reads " + std::to_string(kCasesFormatVersion) +
                       ")");
-    m.set = j.at("set").get<std::string>();
-    m.seed = j.at("seed").get<std::uint64_t>();
-    for (const auto& e : j.at("cases")) {
-      ManifestEntry me;
-      me.file = e.at("file").get<std::string>();
-      if (me.file.empty() || me.file.find('/') != std::string::npos || me.file[0] == '.')
-        throw CaseError(path + ": case file name '" + me.file + "' is not a plain file name");
-      me.id = e.at("id").get<std::string>();
-      me.why = e.at("why").get<std::string>();
-      me.dtype = parse_dtype(e.at("dtype").get<std::string>());
-      m.cases.push_back(me);
-    }
-  } catch (const nlohmann::json::exception& e) {
-    // nlohmann's message without its "[json.exception.type_error.302] " prefix
-    std::string what = e.what();
-    if (const auto end = what.find("] "); what.rfind("[json.exception", 0) == 0 && end != what.npos)
-      what = what.substr(end + 2);
-    throw CaseError(path + ": malformed manifest: " + what);
+    m.set = io::get_string(j, "set", path);
+    // Any 64-bit seed (`cases --seed`); get_int's range stops at INT64_MAX, and names the fault.
+    const auto seed = j.find("seed");
+    m.seed = seed != j.end() && seed->is_number_unsigned()
+                 ? seed->get<std::uint64_t>()
+                 : static_cast<std::uint64_t>(io::get_int(j, "seed", 0, INT64_MAX, path));
+    const auto cases = j.find("cases");
+    if (cases == j.end() || !cases->is_array())
+      throw CaseError(path + ": 'cases' must be a list of the case files");
+    for (const auto& e : *cases) m.cases.push_back(manifest_entry(e, path));
+  } catch (const io::InputError& e) {  // the strict reader's refusals, in our words
+    throw CaseError(e.what());
   } catch (const std::invalid_argument& e) {
     throw CaseError(path + ": " + e.what());
   }
