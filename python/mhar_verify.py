@@ -35,6 +35,7 @@ what fed the case.
 """
 
 import argparse
+import errno
 import importlib
 import importlib.machinery
 import importlib.util
@@ -64,36 +65,116 @@ class NotServed(Exception):
 
 # ---- safetensors, the few lines the protocol needs -------------------------------------------
 
+class CaseFileError(ValueError):
+    """A cases folder or case file that cannot be used; its text names the file and the fault."""
+
+
+# Exit 2 (a usage error, as mhar-toy's) for a path the user can fix; other OS errors exit 1.
+USAGE_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR,
+                errno.EISDIR, errno.EEXIST)
+DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}
+
+
+def read_bytes(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise CaseFileError(f"{path}: cannot read it: {e.strerror or e}") from None
+
+
+def parse_json(path, text):
+    """The JSON object in text (bytes), or CaseFileError in the words mhar-toy uses."""
+    try:
+        obj = json.loads(text)
+    except UnicodeDecodeError as e:
+        raise CaseFileError(f"{path}: not valid JSON (at byte {e.start + 1}: not UTF-8)") from None
+    except ValueError as e:  # json.JSONDecodeError
+        raise CaseFileError(f"{path}: not valid JSON (at byte {e.pos + 1})") from None
+    if not isinstance(obj, dict):
+        raise CaseFileError(f"{path}: not a JSON object")
+    return obj
+
+
+def read_tensor(path, name, e, body):
+    """One tensor of a safetensors file as a float32/float64 ndarray, every field checked."""
+    try:
+        t, shape, (b, end) = e["dtype"], [int(n) for n in e["shape"]], e["data_offsets"]
+        b, end = int(b), int(end)
+    except (TypeError, KeyError, ValueError):
+        raise CaseFileError(f"{path}: tensor '{name}': dtype, shape and data_offsets "
+                            "[begin, end] expected") from None
+    if t not in DTYPES:
+        raise CaseFileError(f"{path}: tensor '{name}' has dtype {t} (F64, F32, BF16, F16 only)")
+    size = int(np.dtype(DTYPES[t]).itemsize)
+    count = int(np.prod(shape, dtype=object)) if shape else 1
+    if min(shape, default=0) < 0 or not 0 <= b <= end <= len(body) or end - b != count * size:
+        raise CaseFileError(f"{path}: tensor '{name}': data_offsets [{b}, {end}] do not hold "
+                            f"shape {shape} of {t} in {len(body)} bytes of data")
+    a = np.frombuffer(body[b:end], dtype=DTYPES[t])
+    if t == "F16":
+        a = a.astype(np.float32)
+    elif t == "BF16":
+        a = (a.astype(np.uint32) << 16).view(np.float32)
+    return a.reshape(shape).copy()
+
+
 def read_safetensors(path):
-    """(metadata dict, {name: float32/float64 ndarray}) of a safetensors file."""
-    with open(path, "rb") as f:
-        data = f.read()
+    """(metadata dict, {name: float32/float64 ndarray}) of a safetensors file; CaseFileError,
+    naming the file, for one that cannot be read or is not safetensors."""
+    data = read_bytes(path)
     if len(data) < 8:
-        raise ValueError(f"{path}: too short to be safetensors")
+        raise CaseFileError(f"{path}: too short to be safetensors")
     (n,) = struct.unpack("<Q", data[:8])
     if n > len(data) - 8:
-        raise ValueError(f"{path}: header length {n} runs past the end of the file")
-    header = json.loads(data[8:8 + n])
+        raise CaseFileError(f"{path}: header length {n} runs past the end of the file")
+    header = parse_json(path, data[8:8 + n])
     meta = header.pop("__metadata__", {})
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise CaseFileError(f"{path}: __metadata__ must map names to strings")
     body = data[8 + n:]
-    tensors = {}
-    for name, e in header.items():
-        b, end = e["data_offsets"]
-        raw = body[b:end]
-        shape = tuple(e["shape"])
-        t = e["dtype"]
-        if t == "F64":
-            a = np.frombuffer(raw, dtype="<f8")
-        elif t == "F32":
-            a = np.frombuffer(raw, dtype="<f4")
-        elif t == "F16":
-            a = np.frombuffer(raw, dtype="<f2").astype(np.float32)
-        elif t == "BF16":
-            a = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
-        else:
-            raise ValueError(f"{path}: tensor '{name}' has dtype {t} (F64, F32, BF16, F16 only)")
-        tensors[name] = a.reshape(shape).copy()
-    return meta, tensors
+    return meta, {name: read_tensor(path, name, e, body) for name, e in header.items()}
+
+
+def read_manifest(cases):
+    """The manifest of a cases folder, its "cases" list checked; CaseFileError otherwise."""
+    if not os.path.isdir(cases):
+        raise CaseFileError(f"{cases}: no such directory (make one with "
+                            f"`mhar-toy cases --out {cases}`)")
+    path = os.path.join(cases, "manifest.json")
+    manifest = parse_json(path, read_bytes(path))
+    entries = manifest.get("cases")
+    if not isinstance(entries, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("file"), str) for c in entries):
+        raise CaseFileError(f"{path}: malformed manifest: \"cases\" must be a list of "
+                            "{\"file\": ...} objects")
+    return manifest
+
+
+CASE_META = ("H", "eps", "scale", "gain", "delta", "dtype")
+CASE_TENSORS = ("sources", "q", "dout")
+
+
+def load_case(path):
+    """(meta, tensors) of one case file, with the fields the harness reads checked."""
+    meta, t = read_safetensors(path)
+    missing = [k for k in CASE_META if k not in meta] + [k for k in CASE_TENSORS if k not in t]
+    if meta.get("gain") == "1" and "g" not in t:
+        missing.append("g")
+    if meta.get("delta") == "1":
+        missing += [k for k in ("partial", "gate") if k not in t]
+    if missing:
+        raise CaseFileError(f"{path}: not a case file (no {', '.join(missing)})")
+    try:
+        int(meta["H"]), float(meta["eps"]), float(meta["scale"])
+    except ValueError:
+        raise CaseFileError(f"{path}: metadata H, eps and scale must be numbers") from None
+    return meta, t
+
+
+def write_error(path, e):
+    """A result that cannot be written: one line naming it, mhar-toy's exit code (2 or 1)."""
+    die(f"{path}: cannot write it: {e.strerror or e}", 2 if e.errno in USAGE_ERRNOS else 1)
 
 
 def write_safetensors(path, tensors, metadata=None):
@@ -110,12 +191,17 @@ def write_safetensors(path, tensors, metadata=None):
     text = json.dumps(header).encode()
     text += b" " * ((8 - len(text) % 8) % 8)
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(struct.pack("<Q", len(text)))
+            f.write(text)
+            for b in blobs:
+                f.write(b)
+        os.replace(tmp, path)
+    except OSError as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        write_error(path, e)
 
 
 def as_stored(x):
@@ -268,17 +354,23 @@ def decline_marker(path):
 
 def run_all(a, fn, backward, manifest, out_dir):
     """Runs every case in scope into out_dir: results files, or decline markers."""
-    os.makedirs(out_dir, exist_ok=True)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as e:
+        write_error(out_dir, e)
     declined = failed = skipped = 0
     for entry in manifest["cases"]:
         try:
-            meta, t = read_safetensors(os.path.join(a.cases, entry["file"]))
-        except (OSError, ValueError, KeyError) as e:
-            die(f"case {entry['file']}: {e}")
+            meta, t = load_case(os.path.join(a.cases, entry["file"]))
+        except CaseFileError as e:
+            die(str(e))
         target = os.path.join(out_dir, entry["file"])
         for old in (target, decline_marker(target)):
-            if os.path.exists(old):
-                os.remove(old)
+            if os.path.lexists(old):
+                try:
+                    os.remove(old)
+                except OSError as e:
+                    write_error(old, e)
         if a.serves == "h1" and int(meta["H"]) != 1:
             skipped += 1
             continue
@@ -287,8 +379,11 @@ def run_all(a, fn, backward, manifest, out_dir):
         except Exception as e:  # noqa: BLE001: the user's code; report and go on
             if type(e).__name__ == "NotServed":
                 declined += 1
-                with open(decline_marker(target), "w") as f:
-                    f.write(f"{e}\n")
+                try:
+                    with open(decline_marker(target), "w") as f:
+                        f.write(f"{e}\n")
+                except OSError as err:
+                    write_error(decline_marker(target), err)
                 print(f"  {entry['file']}: declined ({e})")
             else:
                 failed += 1
@@ -332,13 +427,10 @@ def main(argv=None):
     a = ap.parse_args(argv)
 
     toy = find_toy(a.toy)
-    manifest_path = os.path.join(a.cases, "manifest.json")
     try:
-        with open(manifest_path) as f:
-            manifest = json.load(f)
-    except (OSError, ValueError) as e:
-        print(f"mhar_verify: error: {manifest_path}: {e}", file=sys.stderr)
-        return 2
+        manifest = read_manifest(a.cases)
+    except CaseFileError as e:
+        die(str(e))
     fn = load_callable(a.impl, "--impl")
     backward = None
     forward_only = a.forward_only

@@ -1,0 +1,118 @@
+#!/usr/bin/python3
+"""python/mhar_verify.py on a damaged cases folder or an unwritable results folder: each refusal
+is one line that names the file and says what is wrong in our words (no Python exception text:
+no "[Errno", no "Expecting value", no traceback), with mhar-toy's exit code (2 for input the user
+can fix). Each case copies the quick cases (written by the ctest fixture), damages one thing and
+runs the harness on the NumPy reference. Exit 0 when every case holds, 1 when one does not, 77
+without NumPy.
+
+    check_bad_input.py --toy build/tools/mhar-toy --cases build/tests/verify/quick-cases
+"""
+
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+HARNESS = os.path.join(HERE, "..", "..", "python", "mhar_verify.py")
+IMPL = "verify_examples.numpy_routing:routing"
+LIBRARY_TEXT = ("Traceback", "[Errno", "Expecting value", "Expecting property", "KeyError",
+                "cannot reshape")
+
+
+def safetensors(header, body=b""):
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + body
+
+
+def first_case(cases):
+    with open(os.path.join(cases, "manifest.json")) as f:
+        return json.load(f)["cases"][0]["file"]
+
+
+def damage(cases, work):
+    """(name, cases folder, results folder, expected exit code, text the message must hold)."""
+    def copy(name):
+        d = os.path.join(work, name)
+        shutil.copytree(cases, d)
+        return d
+
+    def put(d, file, data):
+        with open(os.path.join(d, file), "wb") as f:
+            f.write(data)
+        return d
+
+    f = first_case(cases)
+    res = os.path.join(work, "results")
+    plain = os.path.join(work, "a-file")
+    open(plain, "w").close()
+    empty = os.path.join(work, "empty")
+    os.mkdir(empty)
+    return [
+        ("no cases folder", os.path.join(work, "none"), res, 2, "none: no such directory"),
+        ("no manifest", empty, res, 2, "manifest.json: cannot read it: No such file"),
+        ("manifest not JSON", put(copy("m1"), "manifest.json", b"{"), res, 2,
+         "manifest.json: not valid JSON (at byte 2)"),
+        ("manifest an array", put(copy("m2"), "manifest.json", b"[1]"), res, 2,
+         "manifest.json: not a JSON object"),
+        ("manifest without cases", put(copy("m3"), "manifest.json", b'{"cases": 3}'), res, 2,
+         "manifest.json: malformed manifest: \"cases\""),
+        ("case file garbage", put(copy("c1"), f, b"garbage!"), res, 2,
+         f + ": header length"),
+        ("case header not JSON", put(copy("c2"), f, struct.pack("<Q", 2) + b"{x"), res, 2,
+         f + ": not valid JSON (at byte 2)"),
+        ("tensor past the data", put(copy("c3"), f, safetensors(
+            {"sources": {"dtype": "F32", "shape": [1000], "data_offsets": [0, 4000]}},
+            b"\0" * 16)), res, 2, f + ": tensor 'sources': data_offsets [0, 4000] do not hold"),
+        ("tensor without shape", put(copy("c4"), f, safetensors(
+            {"sources": {"dtype": "F32", "data_offsets": [0, 4]}}, b"\0" * 4)), res, 2,
+         f + ": tensor 'sources': dtype, shape and data_offsets"),
+        ("not a case file", put(copy("c5"), f, safetensors(
+            {"__metadata__": {"H": "1"}, "x": {"dtype": "F32", "shape": [1],
+                                              "data_offsets": [0, 4]}}, b"\0" * 4)), res, 2,
+         f + ": not a case file (no eps, scale"),
+        ("results under a file", cases, os.path.join(plain, "r"), 2,
+         "a-file/r: cannot write it: Not a directory"),
+    ]
+
+
+def run(cases, results, toy):
+    env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "..", "python"))
+    p = subprocess.run([sys.executable, HARNESS, "--impl", IMPL, "--cases", cases, "--results",
+                        results, "--toy", toy], capture_output=True, text=True, env=env,
+                       timeout=300)
+    return p.returncode, p.stdout + p.stderr
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--toy", required=True)
+    ap.add_argument("--cases", required=True)
+    a = ap.parse_args()
+    try:
+        import numpy  # noqa: F401
+    except ImportError as e:
+        print(f"MHAR_SKIP: NumPy cannot be imported by {sys.executable}: {e}")
+        return 77
+    failures = 0
+    with tempfile.TemporaryDirectory(prefix="mhar_verify_bad_") as work:
+        for name, cases, results, want, text in damage(a.cases, work):
+            rc, out = run(cases, results, a.toy)
+            lines = out.strip().splitlines()
+            ok = (rc == want and len(lines) == 1 and text in lines[0]
+                  and lines[0].startswith("mhar_verify: error: ")
+                  and not any(t in out for t in LIBRARY_TEXT))
+            failures += not ok
+            print(f"{'ok' if ok else 'FAIL'}: {name}: exit {rc} (want {want}): {out.strip()}")
+            if not ok:
+                print(f"      expected one line holding: {text}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
