@@ -432,7 +432,7 @@ def _lead_block(stack: "_Buffers", site: int, shape):
         C_t = Σ_{i<N₀} exp(z_{t,i} − m'_t) S_i          PH × (b × N₀) · (N₀ × K)
     with m'_t = max_i z_{t,i}; site t then adds its slots after N₀ (_follow). The leader's own
     output is C_site / l'_site. Returns (out, α) and leaves each follower's carry."""
-    N0, P, H, K = site + 1, stack.P, stack.heads, shape[-1]
+    N0, K = site + 1, shape[-1]
     b, PH = min(stack.block, len(stack.sites) - site), stack.P * stack.heads
     # z_{t,i} for the N₀ slots i and the b sites t: N₀ × b × P × H (slot i's readers are the
     # sites i, i + 1, …, so its rows for t = site … site + b − 1 are one slice)
