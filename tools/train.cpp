@@ -8,10 +8,12 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -159,34 +161,38 @@ double validation_loss(const TrainOptions& o, Backend& backend, const Corpus& co
   return total / o.eval_batches;
 }
 
+/// The step of a metrics row (JSON or CSV): 0 for the CSV header, -1 for a torn or damaged row.
+long metrics_row_step(const std::string& line) {
+  if (line.starts_with("{")) {
+    try {
+      return nlohmann::json::parse(line).at("step").get<long>();
+    } catch (const std::exception&) {
+      return -1;  // a torn last line
+    }
+  }
+  if (line.starts_with("step")) return 0;
+  // A row torn by a kill or a full disk has fewer fields: its "1" may be the start of step 12.
+  if (std::count(line.begin(), line.end(), ',') != 6) return -1;
+  char* end = nullptr;
+  const long step = std::strtol(line.c_str(), &end, 10);
+  return end != line.c_str() && *end == ',' ? step : -1;
+}
+
 struct Metrics {
+  fs::path dir;
   std::ofstream jsonl, csv;
-  void open(const fs::path& dir, long keep_through_step) {
+  void open(const fs::path& run_dir, long keep_through_step) {
+    dir = run_dir;
     // On resume, drop rows past the checkpoint's step: they are recomputed exactly.
     for (const char* name : {"metrics.jsonl", "metrics.csv"}) {
       const fs::path path = dir / name;
-      std::vector<std::string> keep;
+      std::string content;
       std::ifstream in(path);
       for (std::string line; std::getline(in, line);) {
-        if (line.empty()) continue;
-        long step = -1;
-        if (line.starts_with("{")) {
-          try {
-            step = nlohmann::json::parse(line).at("step").get<long>();
-          } catch (const std::exception&) {
-            continue;  // a torn last line
-          }
-        } else if (line.starts_with("step")) {
-          keep.push_back(line);
-          continue;
-        } else {
-          step = std::atol(line.c_str());
-        }
-        if (step <= keep_through_step) keep.push_back(line);
+        const long step = line.empty() ? -1 : metrics_row_step(line);
+        if (step >= 0 && step <= keep_through_step) content += line + "\n";
       }
-      std::string content;
-      for (const auto& l : keep) content += l + "\n";
-      if (std::string(name) == "metrics.csv" && keep.empty())
+      if (std::string(name) == "metrics.csv" && content.empty())
         content = "step,train_loss,val_loss,lr,grad_norm,tokens_per_s,elapsed_s\n";
       io::write_text_file_atomic(path.string(), content);
     }
@@ -205,11 +211,18 @@ struct Metrics {
     if (!std::isnan(val)) row.val_loss = val;
     const nlohmann::json j = row;
     jsonl << j.dump() << "\n" << std::flush;
+    check(jsonl, "metrics.jsonl");
     csv << fmt::format("{},{:.6f},{},{:.6g},{:.6g},{:.1f},{:.2f}\n", step, loss,
                        std::isnan(val) ? std::string() : fmt::format("{:.6f}", val), lr, gnorm, tps,
                        el)
         << std::flush;
-    if (!jsonl || !csv) throw std::runtime_error("writing the metrics failed (disk full?)");
+    check(csv, "metrics.csv");
+  }
+  /// A failed append names its file (a full disk; the torn row is dropped on --resume).
+  void check(const std::ofstream& f, const char* name) const {
+    if (!f)
+      throw std::runtime_error((dir / name).string() + ": writing it failed (disk full?); " +
+                               "--resume continues from the last checkpoint");
   }
 };
 
