@@ -207,6 +207,24 @@ def fmt_duration(s):
 CSV_HEADER = "step,train_loss,val_loss,lr,grad_norm,tokens_per_s,elapsed_s\n"
 
 
+def _row_step(line):
+    """The step of a metrics row (JSON or CSV), 0 for the CSV header, None for a torn row."""
+    if line.startswith("{"):
+        try:
+            return int(json.loads(line)["step"])
+        except (ValueError, KeyError, TypeError):
+            return None
+    if line.startswith("step"):
+        return 0
+    fields = line.split(",")
+    if len(fields) != CSV_HEADER.count(",") + 1:
+        return None  # torn by a kill or a full disk: its "1" may be the start of step 12
+    try:
+        return int(fields[0])
+    except ValueError:
+        return None
+
+
 def open_metrics(run_dir, keep_through_step):
     """As mhar-toy: on resume, rows past the checkpoint's step are dropped (they are redone)."""
     from mhar_torch.safetensors_io import write_atomic
@@ -214,25 +232,9 @@ def open_metrics(run_dir, keep_through_step):
         path = os.path.join(run_dir, name)
         keep = []
         if os.path.exists(path):
-            with open(path) as f:
-                for line in f.read().splitlines():
-                    if not line:
-                        continue
-                    if line.startswith("{"):
-                        try:
-                            step = int(json.loads(line)["step"])
-                        except (ValueError, KeyError, TypeError):
-                            continue  # a torn last line
-                    elif line.startswith("step"):
-                        keep.append(line)
-                        continue
-                    else:
-                        try:
-                            step = int(line.split(",", 1)[0])
-                        except ValueError:
-                            continue
-                    if step <= keep_through_step:
-                        keep.append(line)
+            with open(path, errors="replace") as f:  # damaged bytes: rows that are dropped
+                steps = [(line, _row_step(line)) for line in f.read().splitlines() if line]
+            keep = [line for line, step in steps if step is not None and step <= keep_through_step]
         content = "".join(l + "\n" for l in keep)
         if name == "metrics.csv" and not keep:
             content = CSV_HEADER
@@ -242,24 +244,24 @@ def open_metrics(run_dir, keep_through_step):
 
 
 def write_metrics(files, step, loss, val, lr, gnorm, tps, elapsed):
-    try:
-        _write_metrics(files, step, loss, val, lr, gnorm, tps, elapsed)
-    except OSError as e:  # a full disk: name the file (main prints one line, exit 1)
-        raise OSError(e.errno, "writing it failed: %s" % e.strerror,
-                      os.path.join(os.path.dirname(files[0].name), "metrics.*")) from None
-
-
-def _write_metrics(files, step, loss, val, lr, gnorm, tps, elapsed):
     jsonl, csv = files
     row = {"step": step, "train_loss": loss, "lr": lr, "grad_norm": gnorm, "tokens_per_s": tps,
            "elapsed_s": elapsed}
     if val is not None:
         row["val_loss"] = val
-    jsonl.write(json.dumps(row, sort_keys=True, separators=(",", ":")) + "\n")
-    jsonl.flush()
-    csv.write("%d,%.6f,%s,%.6g,%.6g,%.1f,%.2f\n" % (
+    _append(jsonl, json.dumps(row, sort_keys=True, separators=(",", ":")) + "\n")
+    _append(csv, "%d,%.6f,%s,%.6g,%.6g,%.1f,%.2f\n" % (
         step, loss, "" if val is None else "%.6f" % val, lr, gnorm, tps, elapsed))
-    csv.flush()
+
+
+def _append(f, text):
+    """One metrics row, flushed; a full disk names the file (main prints one line, exit 1). A row
+    torn by it is dropped by the next --resume (open_metrics)."""
+    try:
+        f.write(text)
+        f.flush()
+    except OSError as e:
+        raise OSError(e.errno, "writing it failed: %s" % e.strerror, f.name) from None
 
 
 # ---- the loop ---------------------------------------------------------------------------------

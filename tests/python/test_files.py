@@ -208,6 +208,53 @@ def test_full_disk_one_line_exit_1_run_kept(run, work):
     assert not left, left
 
 
+def test_full_disk_in_the_metrics_one_line_torn_row_dropped(run, work):
+    """The same limit reached by a metrics file, between checkpoints: one line naming the file
+    (not the optimizer's), exit 1; the last row is torn, and --resume drops it with the rows
+    past the checkpoint, then continues: every row parses and the steps run 1 … 16 once each."""
+    import subprocess
+    mine = os.path.join(work, "run-metrics")
+    shutil.copytree(run, mine)
+    jsonl = os.path.join(mine, "metrics.jsonl")
+    limit = os.path.getsize(jsonl) + 1500  # over config.json's size, under the checkpoint's
+    p = subprocess.run(common.TRAIN_DDP + ["--resume", mine, "--steps", "60", "--ckpt-every",
+                                           "1000"],
+                       env=common.torch_env(threads=1), capture_output=True, text=True,
+                       timeout=120, preexec_fn=small_files(limit))
+    print("\nmhar-train-ddp, a metrics file over %d bytes refused: exit %d: %s"
+          % (limit, p.returncode, p.stderr.strip().splitlines()[-1:]))
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    assert jsonl + ": writing it failed: File too large" in p.stderr, p.stderr
+    with open(jsonl) as f:
+        assert not f.read().endswith("\n"), "the limit should have torn the last row"
+    common.run(common.TRAIN_DDP + ["--resume", mine, "--steps", "16"],
+               env=common.torch_env(threads=1), timeout=120)
+    with open(jsonl) as f:
+        steps = [json.loads(line)["step"] for line in f.read().splitlines()]
+    with open(os.path.join(mine, "metrics.csv")) as f:
+        csv_steps = [int(line.split(",")[0]) for line in f.read().splitlines()[1:]]
+    assert steps == csv_steps == list(range(1, 17)), (steps, csv_steps)
+
+
+def test_resume_drops_a_torn_csv_row(work):
+    """A CSV row torn after its first digit ("1" of step 12) is not taken for step 1: --resume
+    from step 11 keeps rows 1 … 11 of each file once, and no torn or damaged line."""
+    from mhar_torch.train_ddp import CSV_HEADER, open_metrics
+    d = os.path.join(work, "torn-metrics")
+    os.makedirs(d)
+    rows = ["%d,5.5,,0.001,1,1000.0,0.10" % s for s in range(1, 13)]
+    with open(os.path.join(d, "metrics.csv"), "w") as f:
+        f.write(CSV_HEADER + "\n".join(rows[:11]) + "\n1")
+    with open(os.path.join(d, "metrics.jsonl"), "wb") as f:
+        f.write(b"".join(b'{"step":%d}\n' % s for s in range(1, 13)) + b'{"st\xff')
+    for f in open_metrics(d, 11):
+        f.close()
+    with open(os.path.join(d, "metrics.csv")) as f:
+        assert f.read() == CSV_HEADER + "\n".join(rows[:11]) + "\n"
+    with open(os.path.join(d, "metrics.jsonl")) as f:
+        assert [json.loads(line)["step"] for line in f] == list(range(1, 12))
+
+
 def test_interrupted_exit_130_checkpoint_of_last_step(work):
     """Ctrl-C (SIGINT) in the middle of a run: exit 130, one line naming the step saved, and the
     checkpoint and optimizer state are those of the last step in metrics.csv; --resume continues
