@@ -42,12 +42,24 @@ import time
 from typing import List, Optional
 
 
+def layer_list(text: str) -> str:
+    """--layers: one depth or a comma-separated list of them (kept as text: the child processes
+    get "L,mode"); the depths' own bounds are Config's to check."""
+    try:
+        [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError("'%s' is not an integer or a comma-separated list of "
+                                         "integers" % text) from None
+    return text
+
+
 def parse_args(argv: List[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bench_step.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--modes", default="residual,attnres,mhar", help="comma-separated modes")
     p.add_argument("--heads", "-H", type=int, default=0, help="routing heads (0 = n_kv_head)")
     p.add_argument("--d", type=int, default=128)
-    p.add_argument("--layers", "-L", default="4", help="blocks L, or a comma-separated list")
+    p.add_argument("--layers", "-L", default="4", type=layer_list,
+                   help="blocks L, or a comma-separated list")
     p.add_argument("--n-head", type=int, default=4)
     p.add_argument("--n-kv-head", type=int, default=2)
     p.add_argument("--ffn", type=int, default=352)

@@ -131,3 +131,16 @@ def test_bench_step_refuses_counts_that_time_nothing(bad):
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.startswith("bench_step.py: error: --warmup must be 0 or more"), p.stderr
     assert "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("layers", ["x", "4,y", "6,,12"], ids=["word", "one-of-two", "empty-item"])
+def test_bench_step_refuses_layers_that_are_not_integers(layers):
+    """--layers that is not a list of integers: exit 2 and argparse's one line naming the flag,
+    before any process starts (it reached a child's int() as a ValueError traceback)."""
+    cmd = [sys.executable, os.path.join(common.PYTHON_DIR, "bench_step.py"), "--modes",
+           "residual", "--layers", layers, "--d", "32"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and p.stdout == "" and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.splitlines()[-1] == ("bench_step.py: error: argument --layers/-L: '%s' is "
+                                         "not an integer or a comma-separated list of integers"
+                                         % layers), p.stderr
