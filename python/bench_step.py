@@ -262,6 +262,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("bench_step.py: error: --warmup must be 0 or more, --repeats and --rounds 1 or more",
               file=sys.stderr)
         return 2
+    if a.batch < 1 or a.threads < 0:  # a batch of none times nothing; Config checks the model
+        print("bench_step.py: error: --batch must be 1 or more, --threads 0 (torch's default) or "
+              "more", file=sys.stderr)
+        return 2
     if a.child:
         return child(a)
     if a.package_dir and sys.version_info < (3, 11) and not a.one_process:
