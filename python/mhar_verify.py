@@ -91,6 +91,8 @@ def parse_json(path, text):
         raise CaseFileError(f"{path}: not valid JSON (at byte {e.start + 1}: not UTF-8)") from None
     except ValueError as e:  # json.JSONDecodeError
         raise CaseFileError(f"{path}: not valid JSON (at byte {e.pos + 1})") from None
+    except RecursionError:
+        raise CaseFileError(f"{path}: not valid JSON here (nested too deep)") from None
     if not isinstance(obj, dict):
         raise CaseFileError(f"{path}: not a JSON object")
     return obj
@@ -101,7 +103,7 @@ def read_tensor(path, name, e, body):
     try:
         t, shape, (b, end) = e["dtype"], [int(n) for n in e["shape"]], e["data_offsets"]
         b, end = int(b), int(end)
-    except (TypeError, KeyError, ValueError):
+    except (TypeError, KeyError, ValueError, OverflowError):
         raise CaseFileError(f"{path}: tensor '{name}': dtype, shape and data_offsets "
                             "[begin, end] expected") from None
     if t not in DTYPES:
@@ -148,6 +150,10 @@ def read_manifest(cases):
             isinstance(c, dict) and isinstance(c.get("file"), str) for c in entries):
         raise CaseFileError(f"{path}: malformed manifest: \"cases\" must be a list of "
                             "{\"file\": ...} objects")
+    for c in entries:  # results are written under the same name: never outside --results
+        f = c["file"]
+        if not f or "/" in f or "\0" in f or f.startswith("."):
+            raise CaseFileError(f"{path}: case file name '{f}' is not a plain file name")
     return manifest
 
 

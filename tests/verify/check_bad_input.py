@@ -2,7 +2,7 @@
 """python/mhar_verify.py on a damaged cases folder or an unwritable results folder: each refusal
 is one line that names the file and says what is wrong in our words (no Python exception text:
 no "[Errno", no "Expecting value", no traceback), with mhar-toy's exit code (2 for input the user
-can fix). Each case copies the quick cases (written by the ctest fixture), damages one thing and
+can fix), and a case name that would put a results file outside --results is refused. Each case copies the quick cases (written by the ctest fixture), damages one thing and
 runs the harness on the NumPy reference. Exit 0 when every case holds, 1 when one does not, 77
 without NumPy.
 
@@ -35,6 +35,15 @@ def first_case(cases):
         return json.load(f)["cases"][0]["file"]
 
 
+def manifest_naming(cases, name):
+    """The manifest's text with its first case renamed `name` (a results file of that name
+    would be written outside --results)."""
+    with open(os.path.join(cases, "manifest.json")) as f:
+        m = json.load(f)
+    m["cases"][0]["file"] = name
+    return json.dumps(m).encode()
+
+
 def damage(cases, work):
     """(name, cases folder, results folder, expected exit code, text the message must hold)."""
     def copy(name):
@@ -62,6 +71,10 @@ def damage(cases, work):
          "manifest.json: not a JSON object"),
         ("manifest without cases", put(copy("m3"), "manifest.json", b'{"cases": 3}'), res, 2,
          "manifest.json: malformed manifest: \"cases\""),
+        ("manifest nested too deep", put(copy("m4"), "manifest.json", b"[" * 100000), res, 2,
+         "manifest.json: not valid JSON here (nested too deep)"),
+        ("case name out of the folder", put(copy("m5"), "manifest.json", manifest_naming(
+            cases, "../" + f)), res, 2, f"case file name '../{f}' is not a plain file name"),
         ("case file garbage", put(copy("c1"), f, b"garbage!"), res, 2,
          f + ": header length"),
         ("case header not JSON", put(copy("c2"), f, struct.pack("<Q", 2) + b"{x"), res, 2,
