@@ -129,26 +129,68 @@ def options_to_json(cfg, train, world, backend, init, autocast):
     return json.dumps(j, indent=2, sort_keys=True) + "\n"
 
 
-def options_from_json(path):
-    from mhar_torch import Config, ConfigError
+# config.json "train": the integers, the other numbers and the strings (as mhar-toy writes them).
+TRAIN_INTS = ("steps", "batch", "warmup", "seed", "eval_every", "eval_batches", "ckpt_every",
+              "heatmap_every", "log_every", "threads")
+TRAIN_STRINGS = ("data", "figure_formats", "device")
+
+
+def read_run_config(path):
+    """A run's config.json as a dict holding the objects "model" and "train"; UsageError, in our
+    words, for a file that is missing, unreadable, not JSON (strictly, as mhar-toy reads it) or
+    not shaped so."""
+    from mhar_torch.safetensors_io import FormatError, parse_json_strict
     try:
-        with open(path) as f:
-            j = json.load(f)
+        with open(path, "rb") as f:
+            raw = f.read((1 << 20) + 1)
     except FileNotFoundError:
         raise UsageError("--resume %s: no config.json there (not a run directory)"
                          % os.path.dirname(path)) from None
-    except (OSError, ValueError) as e:
-        raise UsageError("%s: not valid JSON: %s" % (path, e)) from None
+    except OSError as e:
+        raise UsageError("%s: cannot read it: %s" % (path, e.strerror or e)) from None
+    if len(raw) > 1 << 20:
+        raise UsageError("%s: over 1 MiB, not a run's config.json" % path)
+    try:
+        j = parse_json_strict(raw.decode("utf-8"), path, "the file")
+    except UnicodeDecodeError as e:
+        raise UsageError("%s: the file is not valid JSON at byte %d: not UTF-8"
+                         % (path, e.start + 1)) from None
+    except FormatError as e:
+        raise UsageError(str(e)) from None
+    for key in ("model", "train"):
+        if not isinstance(j, dict) or not isinstance(j.get(key), dict):
+            raise UsageError("%s: bad run config: '%s' must be an object" % (path, key))
+    return j
+
+
+def _train_value(t, key, path):
+    """config.json train[key], of the type mhar-toy writes there."""
+    if key not in t:
+        raise UsageError("%s: bad run config: 'train.%s' is missing" % (path, key))
+    v = t[key]
+    ok = (isinstance(v, str) if key in TRAIN_STRINGS else type(v) is int if key in TRAIN_INTS
+          else type(v) in (int, float))
+    if not ok:
+        kind = "a string" if key in TRAIN_STRINGS else "an integer" if key in TRAIN_INTS else \
+            "a number"
+        raise UsageError("%s: bad run config: 'train.%s' must be %s, got %s"
+                         % (path, key, kind, json.dumps(v)[:40]))
+    return v
+
+
+def options_from_json(path):
+    from mhar_torch import Config, ConfigError
+    j = read_run_config(path)
     try:
         cfg = Config.from_dict(j["model"], path)
-        train = {k: j["train"][k] for k in TRAIN_KEYS if k != "figure_formats"}
-        train["figure_formats"] = j["train"].get("figure_formats", "png,svg")
-        # how step 0 was drawn (a run that mhar-toy started: its own initialisation)
-        train["init"] = j.get("pytorch", {}).get("init", "mhar")
     except ConfigError as e:
         raise UsageError(str(e)) from None
-    except (KeyError, TypeError) as e:
-        raise UsageError("%s: bad run config: missing %s" % (path, e)) from None
+    t = dict(j["train"])
+    t.setdefault("figure_formats", "png,svg")
+    train = {k: _train_value(t, k, path) for k in TRAIN_KEYS}
+    # how step 0 was drawn (a run that mhar-toy started: its own initialisation)
+    pt = j.get("pytorch")
+    train["init"] = pt.get("init", "mhar") if isinstance(pt, dict) else "mhar"
     return cfg, train
 
 

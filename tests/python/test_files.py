@@ -171,6 +171,46 @@ def test_bad_input_one_line_exit_2(run, work, name, args, words):
     assert rc == 2 and "Traceback" not in err and words in err, err
 
 
+def _with_train(key, value):
+    def change(text):
+        j = json.loads(text)
+        j["train"][key] = value
+        return json.dumps(j).encode()
+    return change
+
+
+CONFIG_DAMAGE = [  # id, the damage (bytes, or a function of the text), words of the one line
+    ("not-json", b"{", "the file is not valid JSON at byte 2"),
+    ("not-utf8", b'{"model": \xff}', "the file is not valid JSON at byte 11: not UTF-8"),
+    ("nested-too-deep", b"[" * 100000, "the file is nested too deeply"),
+    ("duplicate-key", lambda text: text.replace(b'{', b'{"train": {}, ', 1),
+     "the key 'train' appears twice"),
+    ("train-a-list", lambda text: json.dumps(dict(json.loads(text), train=[1])).encode(),
+     "'train' must be an object"),
+    ("batch-a-string", _with_train("batch", "x"), "'train.batch' must be an integer, got \"x\""),
+    ("lr-a-boolean", _with_train("lr", True), "'train.lr' must be a number, got true"),
+]
+
+
+@pytest.mark.parametrize("name,damage,words", CONFIG_DAMAGE, ids=[c[0] for c in CONFIG_DAMAGE])
+def test_resume_damaged_config_one_line_exit_2(run, work, name, damage, words):
+    """--resume of a run whose config.json is damaged: one line in our words naming the file,
+    exit 2 (Python's json text, a RecursionError or a TypeError traceback before)."""
+    mine = os.path.join(work, "run-config")
+    shutil.copytree(run, mine)
+    path = os.path.join(mine, "config.json")
+    with open(path, "rb") as f:
+        text = f.read()
+    with open(path, "wb") as f:
+        f.write(damage if isinstance(damage, bytes) else damage(text))
+    rc, _, err = common.run(common.TRAIN_DDP + ["--resume", mine], expect=None, timeout=60,
+                            env=common.torch_env(threads=1))
+    print("\nmhar-train-ddp, config.json %s: exit %d: %s" % (name, rc, err.strip()[-200:]))
+    assert rc == 2 and "Traceback" not in err, err
+    assert "\n" not in err.strip() and words in err, err
+    assert err.startswith("mhar-train-ddp: error: %s: " % path), err
+
+
 def small_files(limit):
     """For a child process: no file over `limit` bytes can be written, write() failing with EFBIG
     as it fails with ENOSPC on a full disk (SIGXFSZ ignored, so the write returns the error)."""
