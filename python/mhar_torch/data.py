@@ -24,16 +24,39 @@ def resolve_data_path(path):
     return candidate if os.path.isfile(candidate) else path
 
 
+def memory_available():
+    """Bytes the kernel says a new allocation can have (MemAvailable), or None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def read_bytes(path):
+    """The file's bytes. As tools/data.cpp: a directory, a FIFO or a device such as /dev/zero
+    (which never ends) is refused unread, and so is a file larger than the memory available."""
+    from .safetensors_io import FormatError, open_regular
     path = resolve_data_path(path)
     if os.path.isdir(path):
         raise DataError("'%s' is a directory, not a file (give a text file, e.g. --data %s)"
                         % (path, DEFAULT_CORPUS))
     try:
-        with open(path, "rb") as f:
+        f, size = open_regular(path)
+    except FormatError as e:
+        raise DataError(str(e)) from None
+    with f:
+        have = memory_available()
+        if have is not None and size > have:
+            raise DataError("'%s' is %d bytes, more than this machine has available"
+                            % (path, size))
+        try:
             return np.frombuffer(f.read(), dtype=np.uint8)
-    except OSError as e:
-        raise DataError("cannot open '%s': %s" % (path, e.strerror or e)) from None
+        except OSError as e:
+            raise DataError("cannot read '%s': %s" % (path, e.strerror or e)) from None
 
 
 class Corpus:

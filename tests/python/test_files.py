@@ -146,6 +146,9 @@ def test_damaged_file_refused_by_both(run, work, toy, name, content, meta_change
 CLI = [  # id, arguments (WORK and RUN replaced), words of the one line
     ("no-run", ["--resume", "WORK/no-such-run"], "no config.json"),
     ("no-data", ["--data", "WORK/no-such-file.txt", "--out", "WORK/x"], "cannot open"),
+    # refused unread (before, it read /dev/zero until the memory ran out)
+    ("data-a-device", ["--data", "/dev/zero", "--out", "WORK/z0"],
+     "/dev/zero: is a character device, not a regular file"),
     ("bad-heads", ["--d", "16", "--heads", "3", "--out", "WORK/y"], "must divide d = 16"),
     ("damaged-checkpoint", ["--resume", "WORK/badrun"], "truncated"),
     ("existing-run", ["--out", "RUN", "--data", common.CORPUS], "already holds a run"),
