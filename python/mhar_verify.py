@@ -42,6 +42,7 @@ import importlib.util
 import json
 import os
 import shutil
+import stat
 import struct
 import subprocess
 import sys
@@ -76,7 +77,11 @@ DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}
 
 
 def read_bytes(path):
+    """A regular file's bytes: a FIFO (which blocks) or a device such as /dev/zero (which never
+    ends), even behind a symbolic link, is refused unread."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise CaseFileError(f"{path}: not a regular file")
         with open(path, "rb") as f:
             return f.read()
     except OSError as e:

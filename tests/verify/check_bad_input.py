@@ -56,6 +56,11 @@ def damage(cases, work):
             f.write(data)
         return d
 
+    def link(d, file, target):
+        os.remove(os.path.join(d, file))
+        os.symlink(target, os.path.join(d, file))
+        return d
+
     f = first_case(cases)
     res = os.path.join(work, "results")
     plain = os.path.join(work, "a-file")
@@ -75,6 +80,8 @@ def damage(cases, work):
          "manifest.json: not valid JSON here (nested too deep)"),
         ("case name out of the folder", put(copy("m5"), "manifest.json", manifest_naming(
             cases, "../" + f)), res, 2, f"case file name '../{f}' is not a plain file name"),
+        ("case file a link to /dev/zero", link(copy("c6"), f, "/dev/zero"), res, 2,
+         f + ": not a regular file"),
         ("case file garbage", put(copy("c1"), f, b"garbage!"), res, 2,
          f + ": header length"),
         ("case header not JSON", put(copy("c2"), f, struct.pack("<Q", 2) + b"{x"), res, 2,
