@@ -460,6 +460,10 @@ def main(argv=None):
             return 4
     results = a.results or tempfile.mkdtemp(prefix="mhar_results_")
     runs = [results] + ([results + ".repeat"] if a.repeat else [])
+    for out_dir in runs:  # results take the cases' file names: they would replace the cases
+        if os.path.isdir(out_dir) and os.path.samefile(out_dir, a.cases):
+            die(f"--results {out_dir} is the cases folder; results are written under the cases' "
+                "own file names, so give another folder")
     for out_dir in runs:
         run_all(a, fn, backward, manifest, out_dir)
     cmd = [toy, "verify", "--cases", a.cases, "--results", results, "--serves", a.serves,

@@ -10,6 +10,7 @@ without NumPy.
 """
 
 import argparse
+import filecmp
 import json
 import os
 import shutil
@@ -98,6 +99,8 @@ def damage(cases, work):
          f + ": not a case file (no eps, scale"),
         ("results under a file", cases, os.path.join(plain, "r"), 2,
          "a-file/r: cannot write it: Not a directory"),
+        ("results in the cases folder", copy("r1"), os.path.join(work, "r1", "."), 2,
+         "is the cases folder; results are written under the cases' own file names"),
     ]
 
 
@@ -127,6 +130,9 @@ def main():
             ok = (rc == want and len(lines) == 1 and text in lines[0]
                   and lines[0].startswith("mhar_verify: error: ")
                   and not any(t in out for t in LIBRARY_TEXT))
+            if name == "results in the cases folder":  # and the cases are still there
+                f = first_case(a.cases)
+                ok = ok and filecmp.cmp(os.path.join(cases, f), os.path.join(a.cases, f), False)
             failures += not ok
             print(f"{'ok' if ok else 'FAIL'}: {name}: exit {rc} (want {want}): {out.strip()}")
             if not ok:
