@@ -139,13 +139,16 @@ def read_run_config(path):
     """A run's config.json as a dict holding the objects "model" and "train"; UsageError, in our
     words, for a file that is missing, unreadable, not JSON (strictly, as mhar-toy reads it) or
     not shaped so."""
-    from mhar_torch.safetensors_io import FormatError, parse_json_strict
-    try:
-        with open(path, "rb") as f:
-            raw = f.read((1 << 20) + 1)
-    except FileNotFoundError:
+    from mhar_torch.safetensors_io import FormatError, open_regular, parse_json_strict
+    if not os.path.lexists(path):
         raise UsageError("--resume %s: no config.json there (not a run directory)"
-                         % os.path.dirname(path)) from None
+                         % os.path.dirname(path))
+    try:
+        f, _ = open_regular(path)  # a FIFO or a device is refused unread
+        with f:
+            raw = f.read((1 << 20) + 1)
+    except FormatError as e:
+        raise UsageError(str(e)) from None
     except OSError as e:
         raise UsageError("%s: cannot read it: %s" % (path, e.strerror or e)) from None
     if len(raw) > 1 << 20:
