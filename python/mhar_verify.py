@@ -35,6 +35,7 @@ what fed the case.
 """
 
 import argparse
+import contextlib
 import errno
 import importlib
 import importlib.machinery
@@ -188,6 +189,15 @@ def write_error(path, e):
     die(f"{path}: cannot write it: {e.strerror or e}", 2 if e.errno in USAGE_ERRNOS else 1)
 
 
+@contextlib.contextmanager
+def writing(path):
+    """An OSError inside becomes write_error(path, ...)."""
+    try:
+        yield
+    except OSError as e:
+        write_error(path, e)
+
+
 def write_safetensors(path, tensors, metadata=None):
     """tensors: {name: (dtype string, ndarray of the matching numpy dtype or uint16 bits)}."""
     header, blobs, offset = {}, [], 0
@@ -210,7 +220,7 @@ def write_safetensors(path, tensors, metadata=None):
                 f.write(b)
         os.replace(tmp, path)
     except OSError as e:
-        if os.path.exists(tmp):
+        with contextlib.suppress(OSError):
             os.remove(tmp)
         write_error(path, e)
 
@@ -365,10 +375,8 @@ def decline_marker(path):
 
 def run_all(a, fn, backward, manifest, out_dir):
     """Runs every case in scope into out_dir: results files, or decline markers."""
-    try:
+    with writing(out_dir):
         os.makedirs(out_dir, exist_ok=True)
-    except OSError as e:
-        write_error(out_dir, e)
     declined = failed = skipped = 0
     for entry in manifest["cases"]:
         try:
@@ -378,10 +386,8 @@ def run_all(a, fn, backward, manifest, out_dir):
         target = os.path.join(out_dir, entry["file"])
         for old in (target, decline_marker(target)):
             if os.path.lexists(old):
-                try:
+                with writing(old):
                     os.remove(old)
-                except OSError as e:
-                    write_error(old, e)
         if a.serves == "h1" and int(meta["H"]) != 1:
             skipped += 1
             continue
@@ -390,11 +396,8 @@ def run_all(a, fn, backward, manifest, out_dir):
         except Exception as e:  # noqa: BLE001: the user's code; report and go on
             if type(e).__name__ == "NotServed":
                 declined += 1
-                try:
-                    with open(decline_marker(target), "w") as f:
-                        f.write(f"{e}\n")
-                except OSError as err:
-                    write_error(decline_marker(target), err)
+                with writing(decline_marker(target)), open(decline_marker(target), "w") as f:
+                    f.write(f"{e}\n")
                 print(f"  {entry['file']}: declined ({e})")
             else:
                 failed += 1

@@ -253,8 +253,8 @@ def test_full_disk_one_line_exit_1_run_kept(run, work):
 
 def test_full_disk_in_the_metrics_one_line_torn_row_dropped(run, work):
     """The same limit reached by a metrics file, between checkpoints: one line naming the file
-    (not the optimizer's), exit 1; the last row is torn, and --resume drops it with the rows
-    past the checkpoint, then continues: every row parses and the steps run 1 … 16 once each."""
+    (not the optimizer's), exit 1; --resume drops the rows past the checkpoint (the last one
+    torn by the limit) and continues: every row parses and the steps run 1 … 16 once each."""
     import subprocess
     mine = os.path.join(work, "run-metrics")
     shutil.copytree(run, mine)
@@ -268,8 +268,8 @@ def test_full_disk_in_the_metrics_one_line_torn_row_dropped(run, work):
           % (limit, p.returncode, p.stderr.strip().splitlines()[-1:]))
     assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
     assert jsonl + ": writing it failed: File too large" in p.stderr, p.stderr
-    with open(jsonl) as f:
-        assert not f.read().endswith("\n"), "the limit should have torn the last row"
+    # The last row is torn unless it ended exactly at the limit (about 1 run in 150), so the
+    # tear is not asserted here; test_resume_drops_a_torn_csv_row tears rows on purpose.
     common.run(common.TRAIN_DDP + ["--resume", mine, "--steps", "16"],
                env=common.torch_env(threads=1), timeout=120)
     with open(jsonl) as f:

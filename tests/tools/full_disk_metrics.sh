@@ -27,7 +27,9 @@ echo "limited: exit $rc: $line"
 [ "$rc" -eq 1 ] || { echo "FAIL: exit $rc, want 1: $out"; exit 1; }
 grep -q -- "$dir/metrics.jsonl: writing it failed" <<< "$line" || { echo "FAIL: $out"; exit 1; }
 [ "$(sha256sum < "$dir/checkpoint.safetensors")" = "$ckpt" ] || { echo "FAIL: checkpoint changed"; exit 1; }
-[ -n "$(tail -c 1 "$dir/metrics.jsonl")" ] || { echo "FAIL: the limit tore no row"; exit 1; }
+# The limit tears the last row unless that row ended exactly at it (about 1 run in 150): said,
+# not required; step 2 tears a row on purpose.
+[ -n "$(tail -c 1 "$dir/metrics.jsonl")" ] && echo "the limit tore the last row of metrics.jsonl"
 
 # 2. A CSV row torn after its first digit, as a kill inside the CSV's write leaves it.
 printf '1' >> "$dir/metrics.csv"
