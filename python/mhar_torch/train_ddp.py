@@ -171,11 +171,10 @@ def _train_value(t, key, path):
     if key not in t:
         raise UsageError("%s: bad run config: 'train.%s' is missing" % (path, key))
     v = t[key]
-    ok = (isinstance(v, str) if key in TRAIN_STRINGS else type(v) is int if key in TRAIN_INTS
-          else type(v) in (int, float))
+    kind, ok = (("a string", isinstance(v, str)) if key in TRAIN_STRINGS else
+                ("an integer", type(v) is int) if key in TRAIN_INTS else
+                ("a number", type(v) in (int, float)))
     if not ok:
-        kind = "a string" if key in TRAIN_STRINGS else "an integer" if key in TRAIN_INTS else \
-            "a number"
         raise UsageError("%s: bad run config: 'train.%s' must be %s, got %s"
                          % (path, key, kind, json.dumps(v)[:40]))
     return v
