@@ -161,6 +161,21 @@ double validation_loss(const TrainOptions& o, Backend& backend, const Corpus& co
   return total / o.eval_batches;
 }
 
+/// A step's forward measures the weights before its update, so the weights after step s are
+/// confirmed before their checkpoint replaces the last good one: `val` when the validation ran
+/// at s, else the loss of one validation batch. Throws DivergedError when it is not finite.
+void confirm_weights(const TrainOptions& o, Backend& backend, const Corpus& corpus, long s,
+                     double val, bool evaluated, const std::function<std::string()>& kept) {
+  const double loss =
+      evaluated ? val
+                : backend.loss(random_batch(corpus.val, o.batch, o.cfg.T, o.seed, 0, /*stream=*/1));
+  if (!std::isfinite(loss))
+    throw DivergedError(fmt::format(
+        "the weights after step {} give a validation loss of {}; stopping without saving them: "
+        "{}. Try a smaller --lr or a tighter --clip.",
+        s, loss, kept()));
+}
+
 /// The step of a metrics row (JSON or CSV): 0 for the CSV header, -1 for a torn or damaged row.
 long metrics_row_step(const std::string& line) {
   if (line.starts_with("{")) {
@@ -353,12 +368,14 @@ int run_loop(const TrainOptions& o, const std::string& device, const fs::path& d
     const double tps = o.batch * o.cfg.T / seconds_since(ts);
     const double elapsed = seconds_since(t0);
     double val = std::nan("");
-    if (s % o.eval_every == 0 || s == o.steps)
-      last_val = val = validation_loss(o, *backend, corpus);
+    const bool evaluated = s % o.eval_every == 0 || s == o.steps;
+    if (evaluated) last_val = val = validation_loss(o, *backend, corpus);
     metrics.write(s, r.loss, val, r.lr, r.grad_norm, tps, elapsed);
     progress.print(
         o, s, r, val, last_val, tps,
         elapsed / static_cast<double>(s - start_step) * static_cast<double>(o.steps - s));
+    const bool save_due = s % o.ckpt_every == 0 || s == o.steps;
+    if (save_due) confirm_weights(o, *backend, corpus, s, val, evaluated, kept);
     const bool heatmap_now = o.heatmap_every > 0 && s % o.heatmap_every == 0;
     if (heatmap_now) {
       backend->sync();  // p, m, v on the host are current
@@ -367,7 +384,8 @@ int run_loop(const TrainOptions& o, const std::string& device, const fs::path& d
     // Read once, after the heatmap: a Ctrl-C that comes while it is written still saves this step
     // (it used to be read before, and such a Ctrl-C said "saved" without saving).
     const bool interrupted = g_interrupted;
-    if (s % o.ckpt_every == 0 || s == o.steps || interrupted) {
+    if (save_due || interrupted) {
+      if (!save_due) confirm_weights(o, *backend, corpus, s, val, evaluated, kept);
       if (!heatmap_now) backend->sync();
       save_state(dir, o, p, m, v, s);
       last_saved = s;

@@ -246,16 +246,33 @@ TEST_CASE("the grad file matches central differences of its own loss", "[cli][gr
 TEST_CASE("a NaN loss stops training with exit 3 and keeps the last good checkpoint",
           "[cli][bad-input]") {
   const fs::path d = scratch("nan");
-  const Result r =
-      toy("train" + kTinyCpu + " --steps 20 --warmup 0 --lr 1e30 --clip 0 --ckpt-every 1 --out " +
-          (d / "run").string());
+  const fs::path run = d / "run";
+  // two good steps, a checkpoint at each; then the learning rate of config.json made 1e30, so
+  // that step 3's update overflows the weights (its own forward, before the update, is finite)
+  REQUIRE(toy("train" + kTinyCpu + " --steps 2 --ckpt-every 1 --out " + run.string()).code == 0);
+  nlohmann::json cfg;
+  std::ifstream(run / "config.json") >> cfg;
+  cfg["train"]["lr"] = 1e30;
+  cfg["train"]["warmup"] = 0;
+  cfg["train"]["clip"] = 0.0;
+  std::ofstream(run / "config.json") << cfg.dump(2);
+  const Result r = toy("train --resume " + run.string() + " --steps 20");
   INFO(r.out);
   CHECK(r.code == 3);
-  CHECK_THAT(r.out, Contains("the training loss became"));
-  CHECK_THAT(r.out, Contains("last good checkpoint"));
-  const auto ck = mhar::toy::load_checkpoint((d / "run").string());  // still loads
-  CHECK(ck.step >= 1);
-  CHECK(ck.params.embed.allFinite());
+  CHECK_THAT(r.out, Contains("diverged: the weights after step 3 give a validation loss of"));
+  CHECK_THAT(r.out, Contains("the last good checkpoint (step 2) is kept"));
+  // kept means usable: step 2's checkpoint, whose loss is finite
+  CHECK(mhar::toy::load_checkpoint(run.string()).step == 2);
+  CHECK(std::isfinite(eval_loss(run)));
+
+  // the same in the last step, where no later forward would notice: no checkpoint, no "done"
+  const Result last = toy("train" + kTinyCpu + " --steps 1 --warmup 0 --lr 1e30 --clip 0 --out " +
+                          (d / "last").string());
+  INFO(last.out);
+  CHECK(last.code == 3);
+  CHECK_THAT(last.out, Contains("no checkpoint had been written yet"));
+  CHECK_THAT(last.out, !Contains("done"));
+  CHECK(!fs::exists(d / "last" / "checkpoint.safetensors"));
 }
 
 TEST_CASE("Ctrl-C saves a checkpoint, exits 130, and the run resumes", "[cli][sigint]") {
