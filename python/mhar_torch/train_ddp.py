@@ -510,16 +510,36 @@ class _Trainer:
         return self.torch.autocast(self.device.type, dtype=self.torch.bfloat16,
                                    enabled=self.a.autocast == "bf16")
 
-    def _validation_loss(self) -> float:
+    def _validation_loss(self, batches: Optional[int] = None) -> float:
+        """The mean loss over the first `batches` (default --eval-batches) validation windows,
+        the same at every evaluation, averaged over the processes."""
         from mhar_torch.data import random_batch
         train, total = self.train, 0.0
+        batches = train["eval_batches"] if batches is None else batches
         with self.torch.no_grad():
-            for k in range(train["eval_batches"]):
+            for k in range(batches):
                 tok, tgt = random_batch(self.corpus.val, self.B, self.T, train["seed"], k, 1)
                 with self._autocast():
                     loss = self.model(self._to_dev(tok), self._to_dev(tgt))
                 total += self._mean_over_ranks(loss.float().item())[0]
-        return total / train["eval_batches"]
+        return total / batches
+
+    def _kept(self) -> str:
+        """What a stop leaves, as mhar-toy train says it."""
+        if self.last_saved > 0:
+            return "the last good checkpoint (step %d) is kept in %s" % (self.last_saved,
+                                                                         self.run_dir)
+        return "no checkpoint had been written yet"
+
+    def _confirm_weights(self, s: int, val: Optional[float]) -> None:
+        """A step's loss is measured before its update, so the weights after step s are
+        confirmed before their checkpoint replaces the last good one: by the validation of step
+        s, else by one validation batch (every process takes part, and all agree)."""
+        loss = self._validation_loss(1) if val is None else val
+        if not math.isfinite(loss):
+            raise DivergedError("the weights after step %d give a validation loss of %s; stopping "
+                                "without saving them: %s. Try a smaller --lr or a tighter --clip."
+                                % (s, loss, self._kept()))
 
     def _save(self, step: int) -> None:
         """Rank 0: the checkpoint and the optimizer state of `step`, committed together as
@@ -548,12 +568,13 @@ class _Trainer:
                                     "tokens": tok[self.rows].tolist()}) + "\n")
             trace.flush()
         if not math.isfinite(loss_all):
-            raise DivergedError("the training loss became %s at step %d; stopping. Try a "
-                                "smaller --lr or a tighter --clip." % (loss_all, s))
+            raise DivergedError("the training loss became %s at step %d; stopping: %s. Try a "
+                                "smaller --lr or a tighter --clip." % (loss_all, s, self._kept()))
         # global-norm clipping, as mhar-toy: scale by clip / norm when the norm exceeds it
         norm = math.sqrt(sum(float(p.grad.float().pow(2).sum()) for _, p in self.named))
         if not math.isfinite(norm):
-            raise DivergedError("the gradient norm became %s at step %d; stopping." % (norm, s))
+            raise DivergedError("the gradient norm became %s at step %d; stopping: %s."
+                                % (norm, s, self._kept()))
         if train["clip"] > 0 and norm > train["clip"]:
             for _, p in self.named:
                 p.grad.mul_(train["clip"] / norm)
@@ -613,6 +634,7 @@ class _Trainer:
         a, train, run_dir = self.a, self.train, self.run_dir
         t0 = time.monotonic()
         last_val, last_loss, step = None, float("nan"), self.start_step
+        self.last_saved = self.start_step  # a resumed run starts from its checkpoint
         while step < train["steps"]:
             s = step + 1
             ts = time.monotonic()
@@ -623,7 +645,9 @@ class _Trainer:
             last_val = last_val if val is None else val
             stop = interrupted or (a.stop_after > 0 and s >= a.stop_after and s < train["steps"])
             if s % train["ckpt_every"] == 0 or s == train["steps"] or stop:
+                self._confirm_weights(s, val)
                 self._save(s)
+                self.last_saved = s
             if stop and not self.quiet:
                 how = ("\ninterrupted: checkpoint of step %d saved in %s" if interrupted else
                        "stopped after step %d (--stop-after): checkpoint saved in %s")

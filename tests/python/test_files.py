@@ -6,10 +6,12 @@
   non-finite tensor, garbage) are refused by mhar_torch.load_checkpoint with a message naming
   the problem, and by `mhar-toy eval` (exit 2): both readers agree.
 - mhar-train-ddp turns bad input into one line and exit status 2, never a traceback; a file it
-  cannot write (a full disk) into one line naming the file and exit 1, the run's files kept.
+  cannot write (a full disk) into one line naming the file and exit 1, the run's files kept; a
+  step whose weights give no finite loss is not saved (exit 3, the checkpoint before kept).
 """
 
 import json
+import math
 import os
 import resource
 import shutil
@@ -335,6 +337,38 @@ def test_interrupted_exit_130_checkpoint_of_last_step(work):
 
 TINY = ["--d", "16", "--layers", "1", "--n-head", "2", "--n-kv-head", "1", "--ffn", "24",
         "--seq-len", "16", "--batch", "2", "--init", "torch", "--data", common.CORPUS]
+
+
+def test_diverged_weights_are_not_saved(work):
+    """A step whose update overflows the weights, its own loss (before the update) finite: exit 3,
+    one line naming the step and the checkpoint kept, which is the step before and gives a finite
+    loss; in the last step too, where no later step's loss would notice."""
+    import torch
+    from mhar_torch import load_checkpoint
+    env, mine = common.torch_env(threads=1), os.path.join(work, "diverges")
+    common.run(common.TRAIN_DDP + TINY + ["--steps", "2", "--ckpt-every", "1", "--out", mine],
+               env=env, timeout=60)
+    with open(os.path.join(mine, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["train"].update(lr=1e30, warmup=0, clip=0.0)
+    with open(os.path.join(mine, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    rc, _, err = common.run(common.TRAIN_DDP + ["--resume", mine, "--steps", "20"], env=env,
+                            expect=3, timeout=60)
+    assert "the weights after step 3 give a validation loss of nan" in err \
+        and "the last good checkpoint (step 2) is kept" in err, err
+    ck = load_checkpoint(mine)
+    assert ck.step == 2
+    tok = torch.randint(0, 256, (2, ck.cfg.T + 1), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert math.isfinite(float(ck.model(tok[:, :-1], tok[:, 1:]))), "the kept checkpoint"
+    last = os.path.join(work, "diverges-last")
+    _, _, err = common.run(common.TRAIN_DDP + TINY + ["--steps", "1", "--lr", "1e30", "--warmup",
+                                                      "0", "--clip", "0", "--out", last],
+                           env=env, expect=3, timeout=60)
+    assert "the weights after step 1 give a validation loss of nan" in err \
+        and "no checkpoint had been written yet" in err and "done" not in err, err
+    assert not os.path.exists(os.path.join(last, "checkpoint.safetensors"))
 
 
 def test_run_dir_recovers_as_mhar_toy(run, work, toy):
