@@ -526,7 +526,7 @@ Subcommand register_bench(CLI::App& app) {
   cmd->add_option("--threads", o->threads,
                   "on the CPU: threads (step: 0 = one per idle core, as train; routing: 0 = all "
                   "cores, timed on 1 and on this many)")
-      ->check(non_negative());
+      ->check(thread_count());
   cmd->add_option("--busy", o->busy,
                   "step, CPU: start N other processes that each keep a core busy while the "
                   "bench runs (the contended case)")

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "errors.h"
+#include "thread_governor.h"
 
 #ifdef MHAR_WITH_CUDA
 #include "cuda/device.h"
@@ -55,6 +56,11 @@ const CLI::Validator& positive() {
 const CLI::Validator& non_negative() {
   static const CLI::Validator v =
       number_where([](double x) { return x >= 0; }, "NONNEGATIVE", "must be 0 or positive");
+  return v;
+}
+
+const CLI::Validator& thread_count() {
+  static const CLI::Validator v = in_range(0, kMaxThreads, "INT");
   return v;
 }
 

@@ -278,7 +278,7 @@ Subcommand register_sample(CLI::App& app) {
                 "recompute the whole window for every byte (no decode cache)");
   cmd->add_flag("--json", o->json,
                 "print one JSON object (text, bytes/s, window slides) instead of text");
-  cmd->add_option("--threads", o->threads, "CPU threads (0 = all cores)")->check(non_negative());
+  cmd->add_option("--threads", o->threads, "CPU threads (0 = all cores)")->check(thread_count());
   return {cmd, [o]() -> int { return run_sample(*o); }};
 }
 
@@ -307,7 +307,7 @@ Subcommand register_eval(CLI::App& app) {
       ->check(non_negative());
   cmd->add_flag("--json", o->json, "print one JSON object instead of text");
   cmd->add_option("--threads", o->threads, "CPU threads, a batch each (0 = all cores)")
-      ->check(non_negative());
+      ->check(thread_count());
   return {
       cmd, [o]() -> int {
         const Checkpoint ck = load_checkpoint(o->ckpt);

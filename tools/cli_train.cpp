@@ -54,7 +54,7 @@ void add_train_options(CLI::App& cmd, TrainOptions& o, std::string& mode) {
       ->check(positive());
   cmd.add_option("--threads", o.threads,
                  "CPU threads (0 = one per idle core, read again every half second)")
-      ->check(non_negative());
+      ->check(thread_count());
   cmd.add_option("--routing", o.routing,
                  "the CPU's routing: reference (reference/routing.cpp at every site) or fast "
                  "(cpu/routing_versions.h); the GPU picks its own")

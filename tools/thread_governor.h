@@ -41,6 +41,10 @@ std::optional<CpuTimes> read_cpu_times();
 /// The CPUs this process may run on (sched_getaffinity), at least 1.
 int usable_cpus();
 
+/// The most threads `--threads` may ask for, more than the largest machines have: a team of
+/// 20,000 OpenMP threads took minutes and gigabytes to start before a step ran.
+constexpr int kMaxThreads = 1024;
+
 /// The thread count for `cpus` CPUs of which `others` cores' worth were busy with other work:
 /// round(cpus − others), between 1 and cpus. Exposed for its test.
 int threads_for_load(int cpus, double others);

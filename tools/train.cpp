@@ -120,7 +120,9 @@ void validate(const TrainOptions& o) {
     throw UsageError(std::string("--format: ") + e.what());
   }
   if (o.warmup < 0) throw UsageError("--warmup must be 0 or positive");
-  if (o.threads < 0) throw UsageError("--threads must be 0 (one per idle core) or positive");
+  if (o.threads < 0 || o.threads > kMaxThreads)
+    throw UsageError(fmt::format("--threads must be 0 (one per idle core) to {}, got {}",
+                                 kMaxThreads, o.threads));
   try {
     parse_cpu_routing(o.routing);
   } catch (const ShapeError& e) {

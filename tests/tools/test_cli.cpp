@@ -374,7 +374,11 @@ TEST_CASE("bad input gets a clear message and exit code 2", "[cli][bad-input]") 
       {"train" + kTinyCpu + " --lr 1e999 --out " + run,
        "--lr: '1e999' is beyond the range of a double"},
       {"sample " + (d / "ok").string() + " --threads -1",
-       "--threads: must be 0 or positive, got -1"},
+       "--threads: must be from 0 to 1024, got -1"},
+      // a team of 20,000 OpenMP threads took minutes and gigabytes to start
+      {"train" + kTinyCpu + " --threads 20000 --out " + run,
+       "--threads: must be from 0 to 1024, got 20000"},
+      {"bench step --threads 5000", "--threads: must be from 0 to 1024, got 5000"},
       {"heatmap " + (d / "ok").string() + " --batch 0", "--batch: must be positive, got 0"},
       {"plot " + (d / "nowhere").string(), "is '"},
       {"train" + kTinyCpu + " --format png,jpg --out " + run, "unknown figure format 'jpg'"},
