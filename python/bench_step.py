@@ -262,9 +262,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("bench_step.py: error: --warmup must be 0 or more, --repeats and --rounds 1 or more",
               file=sys.stderr)
         return 2
-    if a.batch < 1 or a.threads < 0:  # a batch of none times nothing; Config checks the model
-        print("bench_step.py: error: --batch must be 1 or more, --threads 0 (torch's default) or "
-              "more", file=sys.stderr)
+    if a.batch < 1 or not 0 <= a.threads <= 1024:  # a batch of none times nothing; Config checks
+        # the model; 1024 threads at most, as mhar-toy and mhar-train-ddp
+        print("bench_step.py: error: --batch must be 1 or more, --threads from 0 (torch's default) "
+              "to 1024", file=sys.stderr)
         return 2
     if a.child:
         return child(a)

@@ -42,6 +42,11 @@ class UsageError(Exception):
     pass
 
 
+# The most threads --threads may ask for, as mhar-toy's (tools/thread_governor.h, kMaxThreads): a
+# team of 20,000 OpenMP threads took minutes and gigabytes to start.
+MAX_THREADS = 1024
+
+
 class DivergedError(Exception):
     pass
 
@@ -217,8 +222,8 @@ def validate(cfg, train, world):
         raise UsageError("--weight-decay must be 0 or positive")
     if not train["clip"] >= 0:
         raise UsageError("--clip must be 0 (off) or positive")
-    if train["threads"] < 0:
-        raise UsageError("--threads must be 0 or positive")
+    if not 0 <= train["threads"] <= MAX_THREADS:
+        raise UsageError("--threads must be from 0 to %d, got %s" % (MAX_THREADS, train["threads"]))
     if train["batch"] % world != 0:
         raise UsageError("--batch %d is not a multiple of the %d processes (each takes an equal "
                          "share of the global batch)" % (train["batch"], world))
@@ -328,8 +333,6 @@ def train(argv):
     use_cuda = a.device == "cuda" or (a.device == "auto" and torch.cuda.is_available())
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
     backend = "nccl" if use_cuda else "gloo"
-    if a.threads > 0:
-        torch.set_num_threads(a.threads)
 
     # options: from the flags, or the run being resumed
     if a.resume:
@@ -342,6 +345,8 @@ def train(argv):
         cfg, train = options_from_args(a)
         run_dir = a.out or "runs/%s-h%d-seed%d-torch" % (a.mode, cfg.route_heads, a.seed)
     validate(cfg, train, world)
+    if train["threads"] > 0:  # the flag's, or the resumed run's as mhar-toy resumes it
+        torch.set_num_threads(train["threads"])
     corpus = Corpus(train["data"], train["val_fraction"], cfg.T)  # fail before creating anything
     # rank 0 writes the run directory: locked (and a resume's kill leftovers cleared) before the
     # other ranks read it, since they join the process group only once rank 0 has

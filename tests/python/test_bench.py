@@ -146,14 +146,14 @@ def test_bench_step_refuses_layers_that_are_not_integers(layers):
                                          % layers), p.stderr
 
 
-@pytest.mark.parametrize("bad", [["--batch", "0"], ["--threads", "-1"]],
-                         ids=["batch-zero", "threads-negative"])
-def test_bench_step_refuses_an_empty_batch_or_negative_threads(bad):
-    """A batch of no sequences (it timed a step of nothing) or a negative thread count: exit 2
-    and one line, before any step runs."""
+@pytest.mark.parametrize("bad", [["--batch", "0"], ["--threads", "-1"], ["--threads", "20000"]],
+                         ids=["batch-zero", "threads-negative", "threads-too-many"])
+def test_bench_step_refuses_an_empty_batch_or_bad_threads(bad):
+    """A batch of no sequences (it timed a step of nothing), or a thread count below 0 or above
+    1024 (torch took minutes to start 20,000): exit 2 and one line, before any step runs."""
     cmd = [sys.executable, os.path.join(common.PYTHON_DIR, "bench_step.py"), "--modes",
            "residual", "--layers", "2", "--d", "32"] + bad
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and p.stdout == "" and "Traceback" not in p.stderr, p.stderr
-    assert p.stderr == ("bench_step.py: error: --batch must be 1 or more, --threads 0 (torch's "
-                        "default) or more\n"), p.stderr
+    assert p.stderr == ("bench_step.py: error: --batch must be 1 or more, --threads from 0 "
+                        "(torch's default) to 1024\n"), p.stderr

@@ -155,6 +155,8 @@ CLI = [  # id, arguments (WORK and RUN replaced), words of the one line
     ("damaged-checkpoint", ["--resume", "WORK/badrun"], "truncated"),
     ("existing-run", ["--out", "RUN", "--data", common.CORPUS], "already holds a run"),
     ("bad-flag", ["--batch", "3", "--steps", "0", "--out", "WORK/z"], "--steps must be"),
+    ("threads-too-many", ["--threads", "20000", "--out", "WORK/t"],
+     "--threads must be from 0 to 1024, got 20000"),
     ("bad-routing", ["--routing", "quick", "--out", "WORK/r"], "invalid choice: 'quick'"),
     ("out-under-a-file", ["--out", "WORK/a-file/run", "--data", common.CORPUS, "--init", "torch"],
      "a-file/run: Not a directory"),
