@@ -530,7 +530,7 @@ Subcommand register_bench(CLI::App& app) {
   cmd->add_option("--busy", o->busy,
                   "step, CPU: start N other processes that each keep a core busy while the "
                   "bench runs (the contended case)")
-      ->check(non_negative());
+      ->check(thread_count());
   auto* device_opt = cmd->add_option(
       "--device", o->device, "step: cpu | cuda | auto (default cpu); routing: cuda unless given");
   device_opt->check(one_of(kDeviceChoices));

@@ -25,7 +25,8 @@ namespace mhar::toy {
 const CLI::Validator& positive();
 /// A number ≥ 0 (0 usually means "off", "all" or "the default": each flag's help says which).
 const CLI::Validator& non_negative();
-/// A --threads value: 0 (each flag's help says what 0 means) to kMaxThreads (thread_governor.h).
+/// A --threads (or --busy) value: 0 (each flag's help says what 0 means) to kMaxThreads
+/// (thread_governor.h).
 const CLI::Validator& thread_count();
 /// A number in [lo, hi], shown in --help as CLI11's Range shows it ("FLOAT in [0 - 1]", type
 /// "FLOAT" or "INT"): "--val-fraction: must be from 0 to 1, got 2".

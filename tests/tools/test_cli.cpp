@@ -379,6 +379,8 @@ TEST_CASE("bad input gets a clear message and exit code 2", "[cli][bad-input]") 
       {"train" + kTinyCpu + " --threads 20000 --out " + run,
        "--threads: must be from 0 to 1024, got 20000"},
       {"bench step --threads 5000", "--threads: must be from 0 to 1024, got 5000"},
+      // it forked until the process limit, for minutes
+      {"bench step --busy 100000", "--busy: must be from 0 to 1024, got 100000"},
       {"heatmap " + (d / "ok").string() + " --batch 0", "--batch: must be positive, got 0"},
       {"plot " + (d / "nowhere").string(), "is '"},
       {"train" + kTinyCpu + " --format png,jpg --out " + run, "unknown figure format 'jpg'"},
