@@ -87,7 +87,8 @@ std::vector<CpuRoutingRow> bench_routing_cpu(int N, int P, int d, int H, int rep
  *        zeroed source gradients) and by B3 (RoutingStackBackward), as the model runs
  *        each; in rounds, fastest of `repeats` after a warm-up.
  *
- * Needs about 5·n·P·d floats. Throws ShapeError on bad shapes.
+ * Needs about 6·n·P·d floats (the sources, their gradients, the douts, the outputs and the copy
+ * loop's two buffers). Throws ShapeError on bad shapes.
  */
 std::vector<CpuRoutingRow> bench_routing_stack_cpu(int n, int P, int d, int H, int repeats,
                                                    const std::vector<int>& threads);

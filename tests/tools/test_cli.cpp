@@ -391,9 +391,34 @@ TEST_CASE("bad input gets a clear message and exit code 2", "[cli][bad-input]") 
       {"bench routing --device cpu -N 3 -P 8 --width 10 --route-heads 4",
        "--route-heads must divide --width"},
       {"bench routing --device cpu -N 3", "give all of --sources, --positions"},
+      // sizes that cannot fit: refused before anything is allocated (the first allocated until
+      // the kernel killed it, the second failed after allocating for minutes)
+      {"bench routing --device cpu -N 100000 -P 100000 --width 4096 --route-heads 4",
+       "bench routing at N = 100000, P = 100000, width 4096 needs about"},
+      {"bench step --device cpu --batch 100000000",
+       "bench step needs about 1.05e+06 GiB for d = 128, L = 4, ffn = 352, T = 128, B = 100000000"},
   };
   expect_refused(cases);
   CHECK_FALSE(fs::exists(run));  // nothing was created by the refused runs
+}
+
+TEST_CASE("bench step: its modes' steps must fit together, not only each alone",
+          "[cli][bad-input]") {
+  // a batch at which one mode's step needs about half the memory this machine has left: each
+  // mode alone would fit, the three that bench step builds before it times them do not
+  const double have = mhar::toy::memory_available();
+  REQUIRE(have > 0);
+  const double per_sequence =
+      mhar::toy::memory_needed(mhar::Config(), 1000, sizeof(float),
+                               mhar::toy::Workload::Training) /
+      1000;
+  const long batch = static_cast<long>(0.5 * have / per_sequence);
+  const Result r = toy("bench step --device cpu --repeats 1 --batch " + std::to_string(batch));
+  INFO(r.out);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.out, Contains(fmt::format("bench step, d = 128, L = 4, T = 128, B = {}, every mode "
+                                         "needs about",
+                                         batch)));
 }
 
 TEST_CASE("docs/cli.md quotes a usage error as mhar-toy prints it", "[cli][bad-input]") {
