@@ -103,6 +103,12 @@ def make_step(a: argparse.Namespace, mt, L: str, mode: str):
     import torch
     cfg = mt.Config(d=a.d, L=int(L), n_head=a.n_head, n_kv_head=a.n_kv_head, ffn=a.ffn,
                     T=a.seq_len, mode=mode, H=a.heads, n_blocks=a.blocks)
+    # a model too large for this machine: one line, not a child the kernel kills (an older
+    # mhar_torch, from --package-dir, may lack the check)
+    short = mt.memory_shortfall(cfg) if hasattr(mt, "memory_shortfall") else None
+    if short:
+        print("bench_step.py: error: %s" % short, file=sys.stderr)
+        return None
     try:
         model = mt.MharModel(cfg, seed=1, init="torch")  # the numbers do not change the cost
     except mt.ConfigError as e:
@@ -251,6 +257,10 @@ def run_child(argv: List[str], package: Optional[str], L: str, mode: str) -> Opt
                        env=env, capture_output=True, text=True)
     if p.returncode != 0:
         sys.stderr.write(p.stderr)
+        if p.returncode < 0:  # killed, most often by the kernel's out-of-memory killer: say so
+            print("bench_step.py: error: the process timing L %s %s was killed by signal %d%s"
+                  % (L, mode, -p.returncode, " (SIGKILL: out of memory?)"
+                     if p.returncode == -9 else ""), file=sys.stderr)
         return None
     return json.loads(p.stdout.strip().splitlines()[-1])
 

@@ -9,8 +9,8 @@ the fast version MharModel uses by default).
 """
 
 from .checkpoint import (Checkpoint, CheckpointError, GradFile, load_checkpoint, load_grad_file,
-                         load_optimizer, param_count, resolve_checkpoint_path, save_checkpoint,
-                         save_optimizer)
+                         load_optimizer, memory_shortfall, param_count, resolve_checkpoint_path,
+                         save_checkpoint, save_optimizer)
 from .config import Config, ConfigError
 from .model import MharModel, decays, parameter_names, site_groups, site_names, site_slots
 from .routing import DepthRouting, depth_route
@@ -20,6 +20,6 @@ __all__ = [
     "Checkpoint", "CheckpointError", "Config", "ConfigError", "DepthRouting", "DepthRoutingStack",
     "GradFile",
     "MharModel", "decays", "depth_route", "load_checkpoint", "load_grad_file", "load_optimizer",
-    "param_count", "parameter_names", "resolve_checkpoint_path", "save_checkpoint",
+    "memory_shortfall", "param_count", "parameter_names", "resolve_checkpoint_path", "save_checkpoint",
     "save_optimizer", "site_groups", "site_names", "site_slots", "SourceStack",
 ]

@@ -50,6 +50,23 @@ def param_count(cfg: Config) -> int:
     return n
 
 
+def memory_shortfall(cfg: Config, processes: int = 1) -> Optional[str]:
+    """Where the parameters alone, with their gradients and AdamW's two moments (16 bytes a
+    parameter in float32, in each of `processes` on this machine), exceed the memory available:
+    a sentence saying so, else None. A floor, not an estimate (the activations come on top): it
+    turns a model that the kernel would kill, or swap for minutes, into one line before a tensor
+    is allocated, as mhar-toy's require_memory (tools/memory.h) does."""
+    from .data import memory_available
+    have = memory_available()
+    need = 16.0 * param_count(cfg) * processes
+    if have is None or need <= have:
+        return None
+    return ("d = %d, L = %d, ffn = %d has %.3g parameters: with their gradients and AdamW's "
+            "moments at least %.3g GiB%s, this machine has %.3g GiB available; choose a smaller "
+            "model" % (cfg.d, cfg.L, cfg.ffn, param_count(cfg), need / 2**30,
+                       "" if processes == 1 else " for %d processes" % processes, have / 2**30))
+
+
 def expected_shapes(cfg):
     """name → shape of every tensor a checkpoint of this config holds, in checkpoint order."""
     d, hd = cfg.d, cfg.head_dim

@@ -345,6 +345,10 @@ def train(argv):
         cfg, train = options_from_args(a)
         run_dir = a.out or "runs/%s-h%d-seed%d-torch" % (a.mode, cfg.route_heads, a.seed)
     validate(cfg, train, world)
+    from mhar_torch.checkpoint import memory_shortfall
+    short = memory_shortfall(cfg, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    if short:  # the kernel killed such a model before its first step
+        raise UsageError(short)
     if train["threads"] > 0:  # the flag's, or the resumed run's as mhar-toy resumes it
         torch.set_num_threads(train["threads"])
     corpus = Corpus(train["data"], train["val_fraction"], cfg.T)  # fail before creating anything

@@ -146,6 +146,17 @@ def test_bench_step_refuses_layers_that_are_not_integers(layers):
                                          % layers), p.stderr
 
 
+def test_bench_step_refuses_a_model_larger_than_the_memory():
+    """3.1e11 parameters: the child process was killed by the kernel and the bench exited 2 with
+    nothing said. One line now, exit 2, before the model is built."""
+    cmd = [sys.executable, os.path.join(common.PYTHON_DIR, "bench_step.py"), "--modes",
+           "residual", "--layers", "24", "--d", "65536"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and p.stdout == "" and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.startswith("bench_step.py: error: d = 65536, L = 24, ffn = 352 has 3.11e+11 "
+                               "parameters") and p.stderr.count("\n") == 1, p.stderr
+
+
 @pytest.mark.parametrize("bad", [["--batch", "0"], ["--threads", "-1"], ["--threads", "20000"]],
                          ids=["batch-zero", "threads-negative", "threads-too-many"])
 def test_bench_step_refuses_an_empty_batch_or_bad_threads(bad):

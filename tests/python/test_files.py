@@ -157,6 +157,10 @@ CLI = [  # id, arguments (WORK and RUN replaced), words of the one line
     ("bad-flag", ["--batch", "3", "--steps", "0", "--out", "WORK/z"], "--steps must be"),
     ("threads-too-many", ["--threads", "20000", "--out", "WORK/t"],
      "--threads must be from 0 to 1024, got 20000"),
+    # 3.1e11 parameters: the kernel killed it before its first step
+    ("model-too-large", ["--d", "65536", "--layers", "24", "--out", "WORK/huge"],
+     "d = 65536, L = 24, ffn = 352 has 3.11e+11 parameters: with their gradients and AdamW's "
+     "moments at least 4.63e+03 GiB"),
     ("bad-routing", ["--routing", "quick", "--out", "WORK/r"], "invalid choice: 'quick'"),
     ("out-under-a-file", ["--out", "WORK/a-file/run", "--data", common.CORPUS, "--init", "torch"],
      "a-file/run: Not a directory"),
