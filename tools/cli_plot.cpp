@@ -24,6 +24,17 @@ namespace fs = std::filesystem;
 
 namespace {
 
+/// --out without a figure format's extension: "loss.png" is "loss", which writes loss.png (and
+/// loss.svg), where it used to write loss.png.png and loss.png.svg.
+std::string without_figure_extension(const std::string& out) {
+  for (const char* ext : {".png", ".svg", ".pdf"}) {
+    const std::string e(ext);
+    if (out.size() > e.size() && out.compare(out.size() - e.size(), e.size(), e) == 0)
+      return out.substr(0, out.size() - e.size());
+  }
+  return out;
+}
+
 struct RunCurves {
   std::string label;
   std::vector<double> step, train, val_step, val;
@@ -94,7 +105,8 @@ Subcommand register_plot(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("plot", "Loss curves of one or more runs in one figure");
   cmd->add_option("runs", o->runs, "run directories")->required();
-  cmd->add_option("--out,-o", o->out, "output path without extension: writes OUT.png, OUT.svg, …");
+  cmd->add_option("--out,-o", o->out,
+                  "output path: writes OUT.png, OUT.svg, … (OUT.png names the same files as OUT)");
   cmd->add_option("--format", o->formats, "figure formats, comma-separated: png, svg, pdf");
   cmd->add_option("--metric", o->metric, "train | val | both (train solid, validation dashed)")
       ->check(one_of({"train", "val", "both"}));
@@ -122,7 +134,9 @@ Subcommand register_plot(CLI::App& app) {
         }
         // Bad input (exit 2) is reported first, even in a build without figures.
         if (!io::kFiguresBuilt) throw UnavailableError(std::string("cannot plot: ") + kFiguresOff);
-        fmt::print("wrote {}\n", fmt::join(io::write_lineplot(o->out, formats, plot), ", "));
+        fmt::print(
+            "wrote {}\n",
+            fmt::join(io::write_lineplot(without_figure_extension(o->out), formats, plot), ", "));
         return kOk;
       }};
 }

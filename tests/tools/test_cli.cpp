@@ -902,6 +902,14 @@ TEST_CASE(
     CHECK(has(d / "loss.pdf"));
     CHECK(has(d / "loss.png"));
     CHECK_FALSE(has(d / "loss.svg"));
+    // -o with a figure's extension names the same files (it wrote curve.png.png)
+    const Result ext = toy("plot " + (d / "run").string() + " --format png,svg -o " +
+                           (d / "curve.png").string());
+    INFO(ext.out);
+    CHECK(ext.code == 0);
+    CHECK(has(d / "curve.png"));
+    CHECK(has(d / "curve.svg"));
+    CHECK_FALSE(has(d / "curve.png.png"));
   } else {
     CHECK(p.code == 4);  // unavailable in this build
     CHECK_THAT(p.out, Contains("figures are off"));
