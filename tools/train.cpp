@@ -518,11 +518,14 @@ int resume(const std::string& dir_s, int steps, bool quiet) {
   TrainOptions o = read_run_config(cfg_path);
   o.out = dir_s;
   o.quiet = quiet;
-  if (steps > 0) {
-    o.steps = steps;  // a longer run: the cosine schedule is stretched from here on
-    io::write_text_file_atomic(cfg_path.string(), train_options_to_json(o).dump(2) + "\n");
+  if (steps > 0) o.steps = steps;  // a longer run: the cosine schedule is stretched from here on
+  try {  // before config.json is rewritten: a refused resume changes nothing
+    validate(o);
+  } catch (const UsageError& e) {
+    throw UsageError(cfg_path.string() + ": " + e.what());
   }
-  validate(o);
+  if (steps > 0)
+    io::write_text_file_atomic(cfg_path.string(), train_options_to_json(o).dump(2) + "\n");
   require_memory(o.cfg, o.batch, sizeof(float), Workload::Training, "train --resume");
   if (!fs::exists(dir / kCheckpointFile, ec)) {
     // Stopped before its first checkpoint: step 0 is the seed's, so start there.

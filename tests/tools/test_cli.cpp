@@ -59,6 +59,13 @@ Result toy(const std::string& args, const std::string& env = "") {
   return r;
 }
 
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 /// A fresh directory for one test case.
 fs::path scratch(const std::string& name) {
   const fs::path d = fs::temp_directory_path() / ("mhar-cli-" + std::to_string(getpid())) / name;
@@ -324,6 +331,13 @@ TEST_CASE("bad input gets a clear message and exit code 2", "[cli][bad-input]") 
   fs::copy_file(d / "small" / "checkpoint.safetensors", d / "mixed" / "checkpoint.safetensors",
                 fs::copy_options::overwrite_existing);
   std::ofstream(d / "afile") << "x";
+  // a run whose config.json holds a value that train refuses
+  fs::copy(d / "ok", d / "badcfg", fs::copy_options::recursive);
+  nlohmann::json cfg;
+  std::ifstream(d / "badcfg" / "config.json") >> cfg;
+  cfg["train"]["threads"] = 5000;
+  std::ofstream(d / "badcfg" / "config.json") << cfg.dump(2);
+  const std::string badcfg_text = read_text(d / "badcfg" / "config.json");
 
   const Case cases[] = {
       {"train" + kTinyCpu + " --heads 3 --out " + run, "routing heads H = 3 must divide d = 32"},
@@ -366,6 +380,10 @@ TEST_CASE("bad input gets a clear message and exit code 2", "[cli][bad-input]") 
       {"eval " + (d / "nowhere").string(), "cannot load checkpoint"},
       {"train --resume " + (d / "mixed").string(), "holds a different model than config.json"},
       {"train --resume " + (d / "nowhere").string(), "not a run directory"},
+      // named with its file, and config.json not rewritten for --steps (it was, then refused)
+      {"train --resume " + (d / "badcfg").string() + " --steps 20",
+       (d / "badcfg" / "config.json").string() +
+           ": --threads must be 0 (one per idle core) to 1024, got 5000"},
       {"sample " + (d / "ok").string() + " --top-k 300", "--top-k: must be from 0 to 256, got 300"},
       {"train" + kTinyCpu + " --val-fraction 2 --out " + run,
        "--val-fraction: must be from 0 to 1, got 2"},
@@ -400,6 +418,7 @@ TEST_CASE("bad input gets a clear message and exit code 2", "[cli][bad-input]") 
   };
   expect_refused(cases);
   CHECK_FALSE(fs::exists(run));  // nothing was created by the refused runs
+  CHECK(read_text(d / "badcfg" / "config.json") == badcfg_text);
 }
 
 TEST_CASE("bench step: its modes' steps must fit together, not only each alone",
@@ -539,13 +558,6 @@ TEST_CASE("the memory estimate counts exactly the parameters the model allocates
 }
 
 namespace {
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 /// The sweep grid of the tests: two tiny runs, one residual and one attnres.
 const std::string kSweepGrid =
