@@ -344,7 +344,12 @@ def train(argv):
     else:
         cfg, train = options_from_args(a)
         run_dir = a.out or "runs/%s-h%d-seed%d-torch" % (a.mode, cfg.route_heads, a.seed)
-    validate(cfg, train, world)
+    try:
+        validate(cfg, train, world)
+    except UsageError as e:  # a value from the resumed run's file: name it, as mhar-toy does
+        if not a.resume:
+            raise
+        raise UsageError("%s: %s" % (os.path.join(run_dir, "config.json"), e)) from None
     from mhar_torch.checkpoint import memory_shortfall
     short = memory_shortfall(cfg, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     if short:  # the kernel killed such a model before its first step

@@ -200,6 +200,10 @@ CONFIG_DAMAGE = [  # id, the damage (bytes, or a function of the text), words of
      "'train' must be an object"),
     ("batch-a-string", _with_train("batch", "x"), "'train.batch' must be an integer, got \"x\""),
     ("lr-a-boolean", _with_train("lr", True), "'train.lr' must be a number, got true"),
+    # a value of the right kind that validate() refuses: the file is named (it read as a flag's)
+    ("batch-negative", _with_train("batch", -3), "--batch must be positive, got -3"),
+    ("threads-too-many", _with_train("threads", 5000),
+     "--threads must be from 0 to 1024, got 5000"),
 ]
 
 
