@@ -524,22 +524,30 @@ int resume(const std::string& dir_s, int steps, bool quiet) {
   } catch (const UsageError& e) {
     throw UsageError(cfg_path.string() + ": " + e.what());
   }
-  if (steps > 0)
-    io::write_text_file_atomic(cfg_path.string(), train_options_to_json(o).dump(2) + "\n");
   require_memory(o.cfg, o.batch, sizeof(float), Workload::Training, "train --resume");
+  const auto write_steps = [&] {  // only once the run goes on: a resume that trains nothing
+    if (steps > 0)                // changes nothing (--steps 1 at step 2 wrote "steps": 1)
+      io::write_text_file_atomic(cfg_path.string(), train_options_to_json(o).dump(2) + "\n");
+  };
   if (!fs::exists(dir / kCheckpointFile, ec)) {
     // Stopped before its first checkpoint: step 0 is the seed's, so start there.
     const std::string device = pick_checked_device(o.device, GpuWork{.models = {o.cfg}}, quiet);
     if (!quiet) fmt::print(stderr, "resuming {} from step 0 (it had no checkpoint yet)\n", dir_s);
+    write_steps();
     return run_from_scratch(o, device, dir);
   }
   Params<float> m, v;
   Checkpoint ck = load_run_state(o, dir, m, v);
   if (ck.step >= o.steps) {
-    fmt::print(stderr, "{} already finished its {} steps (pass --steps N to train longer)\n", dir_s,
-               o.steps);
+    if (steps > 0)
+      fmt::print(stderr, "{} is already at step {}: --steps {} trains nothing (nothing changed)\n",
+                 dir_s, ck.step, steps);
+    else
+      fmt::print(stderr, "{} already finished its {} steps (pass --steps N to train longer)\n",
+                 dir_s, o.steps);
     return kOk;
   }
+  write_steps();
   const std::string device = pick_checked_device(o.device, GpuWork{.models = {o.cfg}}, quiet);
   if (!quiet) fmt::print(stderr, "resuming {} from step {}\n", dir_s, ck.step);
   return run_loop(o, device, dir, ck.params, m, v, ck.step);

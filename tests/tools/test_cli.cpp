@@ -282,6 +282,18 @@ TEST_CASE("a NaN loss stops training with exit 3 and keeps the last good checkpo
   CHECK(!fs::exists(d / "last" / "checkpoint.safetensors"));
 }
 
+TEST_CASE("resume with --steps at or below the run's step trains nothing and changes nothing",
+          "[cli][resume]") {
+  const fs::path run = scratch("resume-fewer") / "run";
+  REQUIRE(toy("train" + kTinyCpu + " --steps 3 --ckpt-every 1 --out " + run.string()).code == 0);
+  const std::string before = read_text(run / "config.json");
+  const Result r = toy("train --resume " + run.string() + " --steps 1");
+  INFO(r.out);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Contains("is already at step 3: --steps 1 trains nothing (nothing changed)"));
+  CHECK(read_text(run / "config.json") == before);  // it used to say "steps": 1 there
+}
+
 TEST_CASE("Ctrl-C saves a checkpoint, exits 130, and the run resumes", "[cli][sigint]") {
   const fs::path d = scratch("sigint");
   const std::string out = (d / "run").string();
