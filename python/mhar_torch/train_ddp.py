@@ -449,7 +449,10 @@ class _Trainer:
             raise UsageError("%s: the optimizer state is from step %d, the checkpoint from step %d"
                              % (run_dir, ostep, ck.step))
         if ck.step >= train["steps"]:
-            if not self.quiet:
+            if not self.quiet and self.a.steps is not None:  # as mhar-toy says it
+                print("%s is already at step %d: --steps %d trains nothing (nothing changed)"
+                      % (run_dir, ck.step, self.a.steps), file=sys.stderr)
+            elif not self.quiet:
                 print("%s already finished its %d steps (pass --steps N to train longer)"
                       % (run_dir, train["steps"]), file=sys.stderr)
             return None, None

@@ -349,6 +349,21 @@ TINY = ["--d", "16", "--layers", "1", "--n-head", "2", "--n-kv-head", "1", "--ff
         "--seq-len", "16", "--batch", "2", "--init", "torch", "--data", common.CORPUS]
 
 
+def test_resume_with_fewer_steps_changes_nothing(work):
+    """--resume --steps 1 of a run at step 3: exit 0, one line saying so (it said "already
+    finished its 1 steps"), config.json as it was."""
+    env, mine = common.torch_env(threads=1), os.path.join(work, "fewer")
+    common.run(common.TRAIN_DDP + TINY + ["--steps", "3", "--ckpt-every", "1", "--out", mine],
+               env=env, timeout=60)
+    with open(os.path.join(mine, "config.json"), "rb") as f:
+        before = f.read()
+    _, _, err = common.run(common.TRAIN_DDP + ["--resume", mine, "--steps", "1"], env=env,
+                           timeout=60)
+    assert "is already at step 3: --steps 1 trains nothing (nothing changed)" in err, err
+    with open(os.path.join(mine, "config.json"), "rb") as f:
+        assert f.read() == before
+
+
 def test_diverged_weights_are_not_saved(work):
     """A step whose update overflows the weights, its own loss (before the update) finite: exit 3,
     one line naming the step and the checkpoint kept, which is the step before and gives a finite
