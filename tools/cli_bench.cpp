@@ -396,8 +396,8 @@ int run_bench_step(const BenchOptions& o, const std::string& device) {
   if (device == "cpu") {  // every mode's step is built before the first is timed
     double need = 0;
     for (const Config& c : step_modes(o.cfg)) {
-      require_memory(c, o.batch, sizeof(float), Workload::Training,
-                     "bench step");  // quick at any L
+      // each mode alone first: quick at any depth (require_memory's closed-form floor)
+      require_memory(c, o.batch, sizeof(float), Workload::Training, "bench step");
       need += memory_needed(c, o.batch, sizeof(float), Workload::Training);
     }
     require_bench_memory(need,

@@ -20,6 +20,6 @@ __all__ = [
     "Checkpoint", "CheckpointError", "Config", "ConfigError", "DepthRouting", "DepthRoutingStack",
     "GradFile",
     "MharModel", "decays", "depth_route", "load_checkpoint", "load_grad_file", "load_optimizer",
-    "memory_shortfall", "param_count", "parameter_names", "resolve_checkpoint_path", "save_checkpoint",
-    "save_optimizer", "site_groups", "site_names", "site_slots", "SourceStack",
+    "memory_shortfall", "param_count", "parameter_names", "resolve_checkpoint_path",
+    "save_checkpoint", "save_optimizer", "site_groups", "site_names", "site_slots", "SourceStack",
 ]
