@@ -307,19 +307,6 @@ std::optional<RoutingBenchShape> given_shape(int N, int P, int d, int H) {
   return RoutingBenchShape{"given", N, P, d, H};
 }
 
-/// Refuses (exit 2) a benchmark whose buffers, `need` bytes, cannot fit in what this machine has
-/// left, before anything is allocated: such a bench allocated until the kernel killed it, or ran
-/// out of memory minutes in. `what` names the bench and its shape, `smaller` what to shrink.
-void require_bench_memory(double need, const std::string& what, const std::string& smaller) {
-  const double have = memory_available();
-  if (have <= 0 || need <= have) return;
-  constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
-  throw UsageError(
-      fmt::format("{} needs about {:.3g} GiB, this machine has {:.3g} GiB available; "
-                  "choose {}",
-                  what, need / GiB, have / GiB, smaller));
-}
-
 /// One CPU routing table: its title line, the column names, a row per measurement.
 void print_cpu_routing_rows(const std::string& title, const std::vector<CpuRoutingRow>& rows) {
   fmt::print("{}\n", title);
@@ -337,10 +324,14 @@ void bench_routing_cpu_table(int N, int P, int d, int H, int repeats, int thread
   std::vector<RoutingBenchShape> shapes;
   if (const auto given = given_shape(N, P, d, H)) {
     if (d % H != 0) throw UsageError("--route-heads must divide --width");
-    // the stack's table holds the most: 6 · N · P · d floats (bench_routing_cpu.h), 25 % more
-    require_bench_memory(1.25 * 6.0 * N * P * d * sizeof(float),
-                         fmt::format("bench routing at N = {}, P = {}, width {}", N, P, d),
-                         "smaller --sources, --positions or --width");
+    // the stack's table holds the most: 6 · N · P · d floats (bench_routing_cpu.h), 25 % more;
+    // refused before anything is allocated (it allocated until the kernel would kill it)
+    const double need = 1.25 * 6.0 * N * P * d * sizeof(float), have = memory_available();
+    if (have > 0 && need > have)
+      throw UsageError(fmt::format(
+          "bench routing at N = {}, P = {}, width {} needs about {:.3g} GiB, this machine has "
+          "{:.3g} GiB available; choose smaller --sources, --positions or --width",
+          N, P, d, need / 0x1p30, have / 0x1p30));
     shapes = {*given};
   } else {
     Config big = paper_100m();
@@ -393,17 +384,10 @@ std::string cpu_label(const BenchOptions& o, const ThreadGovernor& threads) {
 
 /// `bench step`: one training step per mode on `device` ("cpu" or "cuda").
 int run_bench_step(const BenchOptions& o, const std::string& device) {
-  if (device == "cpu") {  // every mode's step is built before the first is timed
-    double need = 0;
-    for (const Config& c : step_modes(o.cfg)) {
-      // each mode alone first: quick at any depth (require_memory's closed-form floor)
-      require_memory(c, o.batch, sizeof(float), Workload::Training, "bench step");
-      need += memory_needed(c, o.batch, sizeof(float), Workload::Training);
-    }
-    require_bench_memory(need,
-                         fmt::format("bench step, d = {}, L = {}, T = {}, B = {}, every mode",
-                                     o.cfg.d, o.cfg.L, o.cfg.T, o.batch),
-                         "a smaller model or batch");
+  if (device == "cpu") {  // every mode's step is built before the first is timed: mhar's size,
+    const std::vector<Config> modes = step_modes(o.cfg);  // the largest, once per mode
+    require_memory(modes.back(), o.batch, sizeof(float), Workload::Training, "bench step",
+                   static_cast<int>(modes.size()));
   }
   const auto threads = std::make_shared<ThreadGovernor>(o.threads);
   const BusyLoad busy(device == "cpu" ? o.busy : 0);

@@ -27,8 +27,8 @@ namespace {
 /// --out without a figure format's extension: "loss.png" is "loss", which writes loss.png (and
 /// loss.svg), where it used to write loss.png.png and loss.png.svg.
 std::string without_figure_extension(const std::string& out) {
-  for (const char* ext : {".png", ".svg", ".pdf"}) {
-    const std::string e(ext);
+  for (const io::Format f : {io::Format::png, io::Format::svg, io::Format::pdf}) {
+    const std::string e = std::string(".") + io::format_name(f);
     if (out.size() > e.size() && out.compare(out.size() - e.size(), e.size(), e) == 0)
       return out.substr(0, out.size() - e.size());
   }

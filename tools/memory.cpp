@@ -54,23 +54,25 @@ double memory_available() {
   return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
 }
 
-void require_memory(const Config& c, int B, int scalar_bytes, Workload w, const std::string& what) {
+void require_memory(const Config& c, int B, int scalar_bytes, Workload w, const std::string& what,
+                    int models) {
   const double have = memory_available();
   if (have <= 0) return;
   // A closed-form floor first (the embedding and the MLPs alone): param_count walks every
   // tensor, L of each kind, which for L = 10⁷ would take seconds before refusing.
   const double floor_params =
       static_cast<double>(c.vocab) * c.d + 3.0 * c.L * static_cast<double>(c.d) * c.ffn;
-  const bool over_floor = floor_params * scalar_bytes > have;
+  const bool over_floor = models * floor_params * scalar_bytes > have;
   const double need =
-      over_floor ? floor_params * scalar_bytes : memory_needed(c, B, scalar_bytes, w);
+      models * (over_floor ? floor_params * scalar_bytes : memory_needed(c, B, scalar_bytes, w));
   if (need <= have) return;
   constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
   throw UsageError(fmt::format(
-      "{} needs about {:.3g} GiB for d = {}, L = {}, ffn = {}, T = {}, B = {} ({}{:.3g} "
+      "{} needs about {:.3g} GiB for {}d = {}, L = {}, ffn = {}, T = {}, B = {} ({}{:.3g} "
       "parameters), this machine has {:.3g} GiB available; choose a smaller model or batch",
-      what, need / GiB, c.d, c.L, c.ffn, c.T, B, over_floor ? "at least " : "",
-      over_floor ? floor_params : param_count(c), have / GiB));
+      what, need / GiB, models > 1 ? fmt::format("{} models at once of ", models) : "", c.d, c.L,
+      c.ffn, c.T, B, over_floor ? "at least " : "", over_floor ? floor_params : param_count(c),
+      have / GiB));
 }
 
 }  // namespace mhar::toy

@@ -33,8 +33,10 @@ double memory_available();
 
 /**
  * @brief Throws UsageError ("<what> needs X GiB …, this machine has Y GiB available") when the
- * estimate exceeds what the machine has. `what` names the command, e.g. "train".
+ * estimate exceeds what the machine has. `what` names the command, e.g. "train"; `models`
+ * counts the models of this size held at once (bench step builds one per mode before timing).
  */
-void require_memory(const Config& cfg, int B, int scalar_bytes, Workload w, const std::string& what);
+void require_memory(const Config& cfg, int B, int scalar_bytes, Workload w, const std::string& what,
+                    int models = 1);
 
 }  // namespace mhar::toy

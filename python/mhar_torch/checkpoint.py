@@ -57,13 +57,13 @@ def memory_shortfall(cfg: Config, processes: int = 1) -> Optional[str]:
     turns a model that the kernel would kill, or swap for minutes, into one line before a tensor
     is allocated, as mhar-toy's require_memory (tools/memory.h) does."""
     from .data import memory_available
-    have = memory_available()
-    need = 16.0 * param_count(cfg) * processes
+    have, n = memory_available(), param_count(cfg)
+    need = 16.0 * n * processes
     if have is None or need <= have:
         return None
     return ("d = %d, L = %d, ffn = %d has %.3g parameters: with their gradients and AdamW's "
             "moments at least %.3g GiB%s, this machine has %.3g GiB available; choose a smaller "
-            "model" % (cfg.d, cfg.L, cfg.ffn, param_count(cfg), need / 2**30,
+            "model" % (cfg.d, cfg.L, cfg.ffn, n, need / 2**30,
                        "" if processes == 1 else " for %d processes" % processes, have / 2**30))
 
 
