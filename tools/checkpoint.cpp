@@ -97,8 +97,8 @@ void fill(Mat<float>& m, const io::SafeTensors& st, const std::string& name,
       throw UsageError(fmt::format(
           "{}: tensor '{}' holds {} value ({}) at element {} (row {}, column {}); refusing to "
           "load it",
-          path, name, std::isfinite(v[i]) ? "a negative second-moment" : "a non-finite", v[i], i,
-          i / m.cols(), i % m.cols()));
+          path, name, std::isfinite(v[i]) ? "a negative second-moment" : "a non-finite",
+          shown(v[i]), i, i / m.cols(), i % m.cols()));
   std::copy(v.begin(), v.end(), m.data());
 }
 

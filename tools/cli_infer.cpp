@@ -329,7 +329,7 @@ Subcommand register_eval(CLI::App& app) {
           throw UsageError(fmt::format(
               "{}: the loss on {} is {}: the checkpoint's weights overflow in float (finite, but "
               "too large to evaluate); no loss is reported",
-              o->ckpt, o->data, loss));
+              o->ckpt, o->data, shown(loss)));
         const double bpb = loss / std::numbers::ln2;
         if (o->json)
           fmt::print(

@@ -13,6 +13,9 @@
  */
 #pragma once
 
+#include <fmt/format.h>
+
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -44,5 +47,12 @@ class UnavailableError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+/// A number as a message shows it: NaN as "NaN" whatever its sign bit (fmt writes the NaN that
+/// 0 · inf gives as "-nan", which reads as a negative number), every other value as fmt does.
+template <typename Real>
+std::string shown(Real x) {
+  return std::isnan(x) ? "NaN" : fmt::format("{}", x);
+}
 
 }  // namespace mhar::toy

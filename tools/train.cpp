@@ -175,7 +175,7 @@ void confirm_weights(const TrainOptions& o, Backend& backend, const Corpus& corp
     throw DivergedError(fmt::format(
         "the weights after step {} give a validation loss of {}; stopping without saving them: "
         "{}. Try a smaller --lr or a tighter --clip.",
-        s, loss, kept()));
+        s, shown(loss), kept()));
 }
 
 /// The step of a metrics row (JSON or CSV): 0 for the CSV header, -1 for a torn or damaged row.
@@ -293,12 +293,12 @@ StepResult train_step(const TrainOptions& o, Backend& backend, const Batch& b, l
     throw DivergedError(fmt::format(
         "the training loss became {} at step {}; stopping: {}. Try a smaller --lr or a tighter "
         "--clip.",
-        r.loss, s, kept()));
+        shown(r.loss), s, kept()));
   backend.backward();
   r.grad_norm = backend.clip(o.clip);
   if (!std::isfinite(r.grad_norm))
     throw DivergedError(fmt::format("the gradient norm became {} at step {}; stopping: {}.",
-                                    r.grad_norm, s, kept()));
+                                    shown(r.grad_norm), s, kept()));
   r.lr = learning_rate(o, s);
   AdamWHyper hy;
   hy.weight_decay = o.weight_decay;
