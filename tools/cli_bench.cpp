@@ -371,12 +371,18 @@ struct BenchOptions {
   GpuCheckFlags gpu_check;
 };
 
+/// The spinning processes of --busy, as the benches' first lines name them, between `before`
+/// and `after` ("" for none).
+std::string busy_text(const BenchOptions& o, const char* before, const char* after) {
+  return o.busy > 0 ? fmt::format("{}{} other process{} spinning (--busy){}", before, o.busy,
+                                  o.busy == 1 ? "" : "es", after)
+                    : "";
+}
+
 /// "CPU (2 threads)", or for --threads 0 "CPU (threads follow the load: 1 to 2)", and the
 /// spinning processes of --busy.
 std::string cpu_label(const BenchOptions& o, const ThreadGovernor& threads) {
-  const std::string busy = o.busy > 0 ? fmt::format(", {} other process{} spinning (--busy)",
-                                                    o.busy, o.busy == 1 ? "" : "es")
-                                      : "";
+  const std::string busy = busy_text(o, ", ", "");
   if (o.threads > 0)
     return fmt::format("CPU ({} thread{}{})", o.threads, o.threads == 1 ? "" : "s", busy);
   return fmt::format("CPU (threads follow the load: 1 to {}{})", threads.cpus(), busy);
@@ -390,15 +396,16 @@ int run_bench_step(const BenchOptions& o, const std::string& device) {
                    static_cast<int>(modes.size()));
   }
   const auto threads = std::make_shared<ThreadGovernor>(o.threads);
-  const BusyLoad busy(device == "cpu" ? o.busy : 0);
+  // on the GPU too: its step's launches and copies run on the CPU's cores
+  const BusyLoad busy(o.busy);
   fmt::print(
       "{} training step (forward + backward + clipping + AdamW), d={} L={} T={} batch={}, {} "
       "interleaved repeat{}, median:\n",
       device == "cpu" ? cpu_label(o, *threads)
 #ifdef MHAR_WITH_CUDA
-                      : "GPU " + mhar::cuda::device_name(0),
+                      : "GPU " + mhar::cuda::device_name(0) + busy_text(o, " (", ")"),
 #else
-                      : std::string("GPU"),
+                      : "GPU" + busy_text(o, " (", ")"),
 #endif
       o.cfg.d, o.cfg.L, o.cfg.T, o.batch, o.repeats, o.repeats == 1 ? "" : "s");
   bench_steps(o.cfg, o.batch, o.repeats, device, threads);
@@ -471,6 +478,8 @@ void report_bench(GpuReport& r, const std::string& what, const std::function<voi
 /// `bench routing`: the CPU versions when `on_cpu`, else the GPU kernels (exit 4 without one).
 int run_bench_routing(const BenchOptions& o, bool on_cpu) {
   if (on_cpu) {
+    const BusyLoad busy(o.busy);
+    if (o.busy > 0) fmt::print("{}\n", busy_text(o, "CPU routing under load: ", ""));
     bench_routing_cpu_table(o.N, o.P, o.d, o.H, o.repeats, o.threads);
     return kOk;
   }
@@ -481,7 +490,8 @@ int run_bench_routing(const BenchOptions& o, bool on_cpu) {
   }
 #ifdef MHAR_WITH_CUDA
   const std::vector<RoutingBenchShape> shapes = routing_bench_shapes(o);
-  fmt::print("device: {}\n", mhar::cuda::device_name(0));
+  const BusyLoad busy(o.busy);
+  fmt::print("device: {}{}\n", mhar::cuda::device_name(0), busy_text(o, " (", ")"));
   for (const RoutingBenchShape& sh : shapes) print_gpu_routing_table(sh, o.repeats);
   if (!o.kernels_only) print_gpu_step_ratios(o.repeats);
   return kOk;
@@ -542,8 +552,8 @@ Subcommand register_bench(CLI::App& app) {
                   "cores, timed on 1 and on this many)")
       ->check(thread_count());
   cmd->add_option("--busy", o->busy,
-                  "step, CPU: start N other processes that each keep a core busy while the "
-                  "bench runs (the contended case)")
+                  "start N other processes that each keep a core busy while the bench runs "
+                  "(the contended case)")
       ->check(thread_count());
   auto* device_opt = cmd->add_option(
       "--device", o->device, "step: cpu | cuda | auto (default cpu); routing: cuda unless given");

@@ -455,6 +455,15 @@ TEST_CASE("bench step: its modes' steps must fit together, not only each alone",
                                          batch)));
 }
 
+TEST_CASE("bench routing takes --busy too and says so", "[cli]") {
+  // --busy was honoured by bench step on the CPU only, and ignored silently elsewhere
+  const Result r = toy("bench routing --device cpu -N 3 -P 8 --width 8 --route-heads 2 "
+                       "--repeats 1 --threads 1 --busy 1");
+  INFO(r.out);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Contains("CPU routing under load: 1 other process spinning (--busy)"));
+}
+
 TEST_CASE("docs/cli.md quotes a usage error as mhar-toy prints it", "[cli][bad-input]") {
   const Result r = toy("train --steps");
   CHECK(r.code == 2);
