@@ -9,6 +9,8 @@
 #include <malloc.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdio>
 #include <filesystem>
 #include <new>
 #include <string>
@@ -21,6 +23,8 @@
 #include "tensor.h"
 
 namespace {
+
+using namespace mhar::toy;
 
 /// A file or folder the user named that cannot be read or written (missing, no permission,
 /// read-only) is unusable input (exit 2); anything else, a full disk included, is a failure (1).
@@ -75,6 +79,64 @@ int refuse_command(const CLI::App& app, int argc, char** argv) {
   return refuse(app, fmt::format("a command is required: {}", list));
 }
 
+/// Why a write to standard output failed, when fmt::print threw for it.
+std::error_code stdout_error;
+
+/// Runs the parsed subcommand; every exception becomes its message and exit code (errors.h).
+int run_parsed(const std::vector<Subcommand>& subs) {
+  try {
+    for (const auto& s : subs)
+      if (s.cmd->parsed()) return s.run();
+  } catch (const UsageError& e) {
+    fmt::print(stderr, "mhar-toy: error: {}\n", e.what());
+    return kUsage;
+  } catch (const mhar::ShapeError& e) {
+    fmt::print(stderr, "mhar-toy: error: {}\n", e.what());
+    return kUsage;
+  } catch (const UnavailableError& e) {
+    fmt::print(stderr, "mhar-toy: unavailable: {}\n", e.what());
+    return kUnavailable;
+  } catch (const DivergedError& e) {
+    fmt::print(stderr, "\nmhar-toy: diverged: {}\n", e.what());
+    return kDiverged;
+  } catch (const mhar::io::InputError& e) {  // an input file that cannot be used as it is
+    fmt::print(stderr, "mhar-toy: error: {}\n", e.what());
+    return kUsage;
+  } catch (const std::filesystem::filesystem_error& e) {  // in our words, not the library's
+    fmt::print(stderr, "mhar-toy: error: {}: {}\n", e.path1().string(), e.code().message());
+    return exit_code_of(e.code());
+  } catch (const std::system_error& e) {  // write_file_atomic: "<path>: <what>: <OS error>"
+    if (std::ferror(stdout)) {  // fmt::print's "cannot write to file": said in our words below
+      stdout_error = e.code();
+      return kFailure;
+    }
+    fmt::print(stderr, "mhar-toy: error: {}\n", e.what());
+    return exit_code_of(e.code());
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr,
+               "\nmhar-toy: failed: out of memory (a buffer could not be allocated); try a "
+               "smaller model, batch or sequence length\n");
+    return kFailure;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "\nmhar-toy: failed: {}\n", e.what());
+    return kFailure;
+  }
+  return kUsage;
+}
+
+/// `code`, once standard output is flushed. A write there that failed (a full disk, a file
+/// size limit) lost what the command printed: that must not read as success (exit 1 at least).
+int with_stdout_written(int code) {
+  errno = 0;
+  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return code;
+  const std::error_code why =
+      stdout_error ? stdout_error : std::error_code(errno, std::generic_category());
+  fmt::print(stderr,
+             "mhar-toy: error: writing the output (standard output) failed{}; it is incomplete\n",
+             why ? ": " + why.message() : std::string());
+  return code == kOk ? kFailure : code;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -100,11 +162,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    return with_stdout_written(app.exit(e));
   } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
+    return with_stdout_written(app.exit(e));
   } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
+    return with_stdout_written(app.exit(e));
   } catch (const CLI::ExtrasError&) {  // CLI11 names them back to front: in the order typed
     return refuse(app, unexpected_arguments(app, std::vector<std::string>(argv + 1, argv + argc)));
   } catch (const CLI::RequiredError& e) {
@@ -113,38 +175,5 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {  // in our words, never CLI11's "Run with --help …"
     return refuse(app, parse_error_words(deepest(app), e));
   }
-  try {
-    for (const auto& s : subs)
-      if (s.cmd->parsed()) return s.run();
-  } catch (const UsageError& e) {
-    fmt::print(stderr, "mhar-toy: error: {}\n", e.what());
-    return kUsage;
-  } catch (const mhar::ShapeError& e) {
-    fmt::print(stderr, "mhar-toy: error: {}\n", e.what());
-    return kUsage;
-  } catch (const UnavailableError& e) {
-    fmt::print(stderr, "mhar-toy: unavailable: {}\n", e.what());
-    return kUnavailable;
-  } catch (const DivergedError& e) {
-    fmt::print(stderr, "\nmhar-toy: diverged: {}\n", e.what());
-    return kDiverged;
-  } catch (const mhar::io::InputError& e) {  // an input file that cannot be used as it is
-    fmt::print(stderr, "mhar-toy: error: {}\n", e.what());
-    return kUsage;
-  } catch (const std::filesystem::filesystem_error& e) {  // in our words, not the library's
-    fmt::print(stderr, "mhar-toy: error: {}: {}\n", e.path1().string(), e.code().message());
-    return exit_code_of(e.code());
-  } catch (const std::system_error& e) {  // write_file_atomic: "<path>: <what>: <OS error>"
-    fmt::print(stderr, "mhar-toy: error: {}\n", e.what());
-    return exit_code_of(e.code());
-  } catch (const std::bad_alloc&) {
-    fmt::print(stderr,
-               "\nmhar-toy: failed: out of memory (a buffer could not be allocated); try a "
-               "smaller model, batch or sequence length\n");
-    return kFailure;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "\nmhar-toy: failed: {}\n", e.what());
-    return kFailure;
-  }
-  return kUsage;
+  return with_stdout_written(run_parsed(subs));
 }

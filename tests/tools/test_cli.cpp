@@ -455,10 +455,32 @@ TEST_CASE("bench step: its modes' steps must fit together, not only each alone",
                                          batch)));
 }
 
+TEST_CASE("output that cannot be written is an error, not a silent success", "[cli][bad-input]") {
+  // standard output on a full disk: /dev/full fails every write with ENOSPC. A short output sat
+  // in stdio's buffer until exit, where its loss went unchecked (exit 0); a long one failed
+  // inside fmt::print, whose own words reached the user ("cannot write to file").
+  REQUIRE(fs::exists("/dev/full"));
+  const fs::path run = scratch("stdout-full") / "run";
+  REQUIRE(toy("train" + kTinyCpu + " --steps 1 --out " + run.string()).code == 0);
+  const fs::path log = run.parent_path() / "stderr.txt";
+  for (const std::string& args : std::vector<std::string>{
+           "eval " + run.string() + " --max-windows 4 --data " + MHAR_DATA,
+           "sample " + run.string() + " -n 20", "sample " + run.string() + " -n 20000", "--help"}) {
+    CAPTURE(args);
+    const int status = std::system(
+        (std::string(MHAR_TOY) + " " + args + " > /dev/full 2> " + log.string()).c_str());
+    CHECK((WIFEXITED(status) ? WEXITSTATUS(status) : -1) == 1);
+    const std::string err = read_text(log);
+    CHECK_THAT(err, Contains("mhar-toy: error: writing the output (standard output) failed"));
+    CHECK_THAT(err, !Contains("cannot write to file"));
+  }
+}
+
 TEST_CASE("bench routing takes --busy too and says so", "[cli]") {
   // --busy was honoured by bench step on the CPU only, and ignored silently elsewhere
-  const Result r = toy("bench routing --device cpu -N 3 -P 8 --width 8 --route-heads 2 "
-                       "--repeats 1 --threads 1 --busy 1");
+  const Result r =
+      toy("bench routing --device cpu -N 3 -P 8 --width 8 --route-heads 2 "
+          "--repeats 1 --threads 1 --busy 1");
   INFO(r.out);
   CHECK(r.code == 0);
   CHECK_THAT(r.out, Contains("CPU routing under load: 1 other process spinning (--busy)"));
