@@ -41,6 +41,8 @@ import sys
 import time
 from typing import List, Optional
 
+from mhar_exit import output_checked
+
 
 def layer_list(text: str) -> str:
     """--layers: one depth or a comma-separated list of them (kept as text: the child processes
@@ -266,6 +268,11 @@ def run_child(argv: List[str], package: Optional[str], L: str, mode: str) -> Opt
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """The command line; exit codes as mhar-toy's (docs/cli.md)."""
+    return output_checked("bench_step.py", run, argv)
+
+
+def run(argv: Optional[List[str]]) -> int:
     argv = sys.argv[1:] if argv is None else argv
     a = parse_args(argv)
     if a.warmup < 0 or a.repeats < 1 or a.rounds < 1:

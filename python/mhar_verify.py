@@ -36,7 +36,6 @@ what fed the case.
 
 import argparse
 import contextlib
-import errno
 import importlib
 import importlib.machinery
 import importlib.util
@@ -51,6 +50,8 @@ import tempfile
 import traceback
 
 import numpy as np
+
+from mhar_exit import USAGE_ERRNOS, output_checked
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -71,9 +72,6 @@ class CaseFileError(ValueError):
     """A cases folder or case file that cannot be used; its text names the file and the fault."""
 
 
-# Exit 2 (a usage error, as mhar-toy's) for a path the user can fix; other OS errors exit 1.
-USAGE_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR,
-                errno.EISDIR, errno.EEXIST)
 DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}
 
 
@@ -420,6 +418,11 @@ def find_toy(arg):
 
 
 def main(argv=None):
+    """The command line (`mhar-verify`); exit codes as mhar-toy's (docs/cli.md)."""
+    return output_checked("mhar_verify", run, argv)
+
+
+def run(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--impl", required=True, help="MODULE:FUNCTION (module name or path to a .py)")

@@ -76,6 +76,23 @@ def test_bench_step_prints_time_and_peak_memory():
     assert_memory_line(lines[-1], 2)
 
 
+@pytest.mark.parametrize("args", [["--help"], ["--modes", "residual", "--layers", "1", "--d",
+                                                  "32", "-T", "16", "-B", "2", "--n-head", "2",
+                                                  "--n-kv-head", "1", "--ffn", "48", "--repeats",
+                                                  "1", "--threads", "1"]],
+                         ids=["help", "table"])
+def test_bench_step_on_a_full_disk_says_the_output_is_incomplete(args):
+    """Standard output on a full disk (/dev/full): one line, exit 1 (it was a traceback, from
+    argparse's help or from print)."""
+    cmd = [sys.executable, os.path.join(common.PYTHON_DIR, "bench_step.py")] + args
+    with open("/dev/full", "w") as full:
+        p = subprocess.run(cmd, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120,
+                           env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+    assert p.returncode == 1, p.stderr
+    assert p.stderr == ("bench_step.py: error: writing the output (standard output) failed: No "
+                        "space left on device; it is incomplete\n"), p.stderr
+
+
 def assert_memory_line(line: str, rounds: int) -> None:
     """The last line: the copy and read speeds measured before each round, median and range,
     each a positive number with the median inside its range."""

@@ -3,7 +3,8 @@
 is one line that names the file and says what is wrong in our words (no Python exception text:
 no "[Errno", no "Expecting value", no traceback), with mhar-toy's exit code (2 for input the user
 can fix), and a case name that would put a results file outside --results is refused. Each case copies the quick cases (written by the ctest fixture), damages one thing and
-runs the harness on the NumPy reference. Exit 0 when every case holds, 1 when one does not, 77
+runs the harness on the NumPy reference; a last one runs it on the good cases with standard
+output on a full disk. Exit 0 when every case holds, 1 when one does not, 77
 without NumPy.
 
     check_bad_input.py --toy build/tools/mhar-toy --cases build/tests/verify/quick-cases
@@ -104,12 +105,26 @@ def damage(cases, work):
     ]
 
 
-def run(cases, results, toy):
+def run(cases, results, toy, stdout=subprocess.PIPE):
     env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "..", "python"))
     p = subprocess.run([sys.executable, HARNESS, "--impl", IMPL, "--cases", cases, "--results",
-                        results, "--toy", toy], capture_output=True, text=True, env=env,
-                       timeout=300)
-    return p.returncode, p.stdout + p.stderr
+                        results, "--toy", toy], stdout=stdout, stderr=subprocess.PIPE, text=True,
+                       env=env, timeout=300)
+    return p.returncode, (p.stdout or "") + p.stderr
+
+
+def full_stdout(cases, work, toy):
+    """Good cases, standard output on a full disk (/dev/full): one line saying the output is
+    incomplete, exit 1; it was a traceback (argparse's or print's OSError)."""
+    with open("/dev/full", "w") as full:
+        rc, out = run(cases, os.path.join(work, "full"), toy, stdout=full)
+    lines = out.strip().splitlines()
+    ok = (rc == 1 and len(lines) == 1 and lines[0].startswith(
+        "mhar_verify: error: writing the output (standard output) failed: No space left")
+        and not any(t in out for t in LIBRARY_TEXT))
+    print(f"{'ok' if ok else 'FAIL'}: standard output on a full disk: exit {rc} (want 1): "
+          f"{out.strip()}")
+    return ok
 
 
 def main():
@@ -137,6 +152,7 @@ def main():
             print(f"{'ok' if ok else 'FAIL'}: {name}: exit {rc} (want {want}): {out.strip()}")
             if not ok:
                 print(f"      expected one line holding: {text}")
+        failures += not full_stdout(a.cases, work, a.toy)
     return 1 if failures else 0
 
 

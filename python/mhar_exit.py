@@ -1,0 +1,39 @@
+"""What the exit of mhar's Python commands means, shared by mhar-verify (mhar_verify.py) and
+python/bench_step.py: mhar-toy's exit codes for OS errors, and standard output checked before a
+command exits. Imports neither torch nor numpy (the verify harness runs without torch).
+mhar-train-ddp keeps its own copy of USAGE_ERRNOS, so that the mhar_torch package stands alone."""
+
+import errno
+import os
+import sys
+from typing import Callable, List, Optional
+
+# A file or folder the user named that cannot be read or written (missing, no permission,
+# read-only) is unusable input (exit 2); any other OS error, a full disk included, is a failure
+# (exit 1): as mhar-toy (tools/mhar_toy.cpp, exit_code_of).
+USAGE_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR,
+                errno.EISDIR, errno.EEXIST)
+
+# A write that lost data: a full disk or quota, a file size limit, a device error.
+_LOST = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
+
+
+def output_checked(prog: str, main: Callable[[Optional[List[str]]], int],
+                   argv: Optional[List[str]] = None) -> int:
+    """main(argv)'s exit code, once standard output is flushed. A write there that failed lost
+    what the command printed, which must not read as success: one line on stderr and exit 1 (or
+    main's own failure code), not a traceback, nor Python's "Exception ignored" and exit 120 when
+    only the flush at exit fails. Only an error without a file name is taken for standard
+    output's: the commands' own files are opened by name, and report their errors themselves."""
+    try:
+        code = main(argv)
+        sys.stdout.flush()
+        return code
+    except OSError as e:
+        if e.errno not in _LOST or e.filename is not None:
+            raise
+        print("%s: error: writing the output (standard output) failed: %s; it is incomplete"
+              % (prog, e.strerror or e), file=sys.stderr)
+        # what is still buffered would fail again when Python flushes it at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
