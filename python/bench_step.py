@@ -41,7 +41,7 @@ import sys
 import time
 from typing import List, Optional
 
-from mhar_exit import output_checked
+from mhar_exit import command_exit
 
 
 def layer_list(text: str) -> str:
@@ -269,7 +269,7 @@ def run_child(argv: List[str], package: Optional[str], L: str, mode: str) -> Opt
 
 def main(argv: Optional[List[str]] = None) -> int:
     """The command line; exit codes as mhar-toy's (docs/cli.md)."""
-    return output_checked("bench_step.py", run, argv)
+    return command_exit("bench_step.py", run, argv, "; no table")
 
 
 def run(argv: Optional[List[str]]) -> int:

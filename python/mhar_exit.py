@@ -1,6 +1,6 @@
 """What the exit of mhar's Python commands means, shared by mhar-verify (mhar_verify.py) and
-python/bench_step.py: mhar-toy's exit codes for OS errors, and standard output checked before a
-command exits. Imports neither torch nor numpy (the verify harness runs without torch).
+python/bench_step.py: mhar-toy's exit codes for OS errors and Ctrl-C, and standard output
+checked before a command exits. Imports neither torch nor numpy (the verify harness runs without torch).
 mhar-train-ddp keeps its own copy of USAGE_ERRNOS, so that the mhar_torch package stands alone."""
 
 import errno
@@ -18,17 +18,26 @@ USAGE_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOT
 _LOST = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
 
 
-def output_checked(prog: str, main: Callable[[Optional[List[str]]], int],
-                   argv: Optional[List[str]] = None) -> int:
-    """main(argv)'s exit code, once standard output is flushed. A write there that failed lost
-    what the command printed, which must not read as success: one line on stderr and exit 1 (or
-    main's own failure code), not a traceback, nor Python's "Exception ignored" and exit 120 when
-    only the flush at exit fails. Only an error without a file name is taken for standard
-    output's: the commands' own files are opened by name, and report their errors themselves."""
+EXIT_INTERRUPTED = 130
+
+
+def command_exit(prog: str, main: Callable[[Optional[List[str]]], int],
+                 argv: Optional[List[str]] = None, interrupted: str = "") -> int:
+    """main(argv)'s exit code, as mhar-toy's, once standard output is flushed.
+    - A write there that failed lost what the command printed, which must not read as success:
+      one line on stderr and exit 1, not a traceback, nor Python's "Exception ignored" and exit
+      120 when only the flush at exit fails. Only an error without a file name is taken for
+      standard output's: the commands' own files are opened by name, and report their errors
+      themselves.
+    - Ctrl-C: one line, "PROG: interrupted (Ctrl-C)" and `interrupted` (what is left), exit 130,
+      not a traceback."""
     try:
         code = main(argv)
         sys.stdout.flush()
         return code
+    except KeyboardInterrupt:
+        print("\n%s: interrupted (Ctrl-C)%s" % (prog, interrupted), file=sys.stderr)
+        return EXIT_INTERRUPTED
     except OSError as e:
         if e.errno not in _LOST or e.filename is not None:
             raise

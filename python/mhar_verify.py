@@ -51,7 +51,7 @@ import traceback
 
 import numpy as np
 
-from mhar_exit import USAGE_ERRNOS, output_checked
+from mhar_exit import USAGE_ERRNOS, command_exit
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -419,7 +419,8 @@ def find_toy(arg):
 
 def main(argv=None):
     """The command line (`mhar-verify`); exit codes as mhar-toy's (docs/cli.md)."""
-    return output_checked("mhar_verify", run, argv)
+    return command_exit("mhar_verify", run, argv,
+                        "; nothing was graded")
 
 
 def run(argv):

@@ -5,8 +5,10 @@ its own process: mallopt changes the whole process)."""
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -91,6 +93,38 @@ def test_bench_step_on_a_full_disk_says_the_output_is_incomplete(args):
     assert p.returncode == 1, p.stderr
     assert p.stderr == ("bench_step.py: error: writing the output (standard output) failed: No "
                         "space left on device; it is incomplete\n"), p.stderr
+
+
+def test_bench_step_interrupted_is_one_line_exit_130():
+    """Ctrl-C while a configuration is timed: one line, exit 130 as mhar-toy's (it was a
+    traceback and death by the signal)."""
+    cmd = [sys.executable, os.path.join(common.PYTHON_DIR, "bench_step.py"), "--modes",
+           "residual", "--layers", "1", "--d", "32", "-T", "16", "-B", "2", "--n-head", "2",
+           "--n-kv-head", "1", "--ffn", "48", "--repeats", "100000", "--threads", "1"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, OPENBLAS_NUM_THREADS="1"),
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    for _ in range(600):  # until the child that times the configuration runs (a minute at most)
+        if child_of(p.pid) or p.poll() is not None:
+            break
+        time.sleep(0.1)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    assert err.strip() == "bench_step.py: interrupted (Ctrl-C); no table", err
+    assert out == ""
+
+
+def child_of(pid: int) -> bool:
+    """Whether process `pid` has a child (from /proc)."""
+    for name in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/stat" % name) as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    return True
+        except (OSError, ValueError, IndexError):
+            continue
+    return False
 
 
 def assert_memory_line(line: str, rounds: int) -> None:

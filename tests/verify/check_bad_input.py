@@ -3,8 +3,8 @@
 is one line that names the file and says what is wrong in our words (no Python exception text:
 no "[Errno", no "Expecting value", no traceback), with mhar-toy's exit code (2 for input the user
 can fix), and a case name that would put a results file outside --results is refused. Each case copies the quick cases (written by the ctest fixture), damages one thing and
-runs the harness on the NumPy reference; a last one runs it on the good cases with standard
-output on a full disk. Exit 0 when every case holds, 1 when one does not, 77
+runs the harness on the NumPy reference; the last two run it on the good cases with standard
+output on a full disk, and with a Ctrl-C while the function runs. Exit 0 when every case holds, 1 when one does not, 77
 without NumPy.
 
     check_bad_input.py --toy build/tools/mhar-toy --cases build/tests/verify/quick-cases
@@ -15,10 +15,12 @@ import filecmp
 import json
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HARNESS = os.path.join(HERE, "..", "..", "python", "mhar_verify.py")
@@ -127,6 +129,38 @@ def full_stdout(cases, work, toy):
     return ok
 
 
+SLOW_IMPL = """import os, time
+def routing(*args, **kwargs):
+    open(os.environ["MHAR_STARTED"], "w").close()
+    time.sleep(120)
+"""
+
+
+def interrupted(cases, work, toy):
+    """Ctrl-C while the function runs: one line, exit 130 as mhar-toy's (it was a traceback and
+    death by the signal)."""
+    impl, started = os.path.join(work, "slow_impl.py"), os.path.join(work, "started")
+    with open(impl, "w") as f:
+        f.write(SLOW_IMPL)
+    env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "..", "python"),
+               MHAR_STARTED=started)
+    p = subprocess.Popen([sys.executable, HARNESS, "--impl", impl + ":routing", "--cases", cases,
+                          "--results", os.path.join(work, "slow"), "--toy", toy, "--forward-only"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    for _ in range(600):  # until the function runs (at most a minute)
+        if os.path.exists(started) or p.poll() is not None:
+            break
+        time.sleep(0.1)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    ok = (p.returncode == 130 and err.strip() == "mhar_verify: interrupted (Ctrl-C); nothing was "
+          "graded" and not any(t in out + err for t in LIBRARY_TEXT))
+    print(f"{'ok' if ok else 'FAIL'}: Ctrl-C while the function runs: exit {p.returncode} "
+          f"(want 130): {err.strip()}")
+    return ok
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--toy", required=True)
@@ -153,6 +187,7 @@ def main():
             if not ok:
                 print(f"      expected one line holding: {text}")
         failures += not full_stdout(a.cases, work, a.toy)
+        failures += not interrupted(a.cases, work, a.toy)
     return 1 if failures else 0
 
 
