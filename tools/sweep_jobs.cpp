@@ -1,7 +1,7 @@
 /**
  * @file sweep_jobs.cpp
- * @brief sweep_jobs.h: fork/exec of the children, waitpid, the progress lines and the SIGINT
- *        handling of the sweep's job pool.
+ * @brief sweep_jobs.h: fork/exec of the children, waitpid, the progress lines and the SIGINT and
+ *        SIGTERM handling of the sweep's job pool.
  */
 #include "sweep_jobs.h"
 
@@ -27,30 +27,36 @@ namespace mhar::toy {
 namespace {
 
 volatile std::sig_atomic_t g_interrupted = 0;
-extern "C" void on_pool_sigint(int) {
+extern "C" void on_pool_stop(int) {
   g_interrupted = 1;
 }
 
-/// Sets g_interrupted on SIGINT from construction to destruction, then puts the old handler
-/// back. sigaction, not std::signal as train does: glibc's signal() sets SA_RESTART, so waitpid
-/// would go on waiting after a Ctrl-C until some child ended, and a SIGINT sent to the sweep
-/// alone (`kill -INT`, not a terminal's Ctrl-C, which reaches the children too) would not reach
-/// them. Without SA_RESTART waitpid returns at once with EINTR and the pool passes it on.
-class SigintHandler {
+/// Sets g_interrupted on SIGINT or SIGTERM (as train stops on either) from construction to
+/// destruction, then puts the old handlers back. sigaction, not std::signal as train does:
+/// glibc's signal() sets SA_RESTART, so waitpid would go on waiting after a Ctrl-C until some
+/// child ended, and a signal sent to the sweep alone (`kill`, a job scheduler's time limit; not a
+/// terminal's Ctrl-C, which reaches the children too) would not reach them. Without SA_RESTART
+/// waitpid returns at once with EINTR and the pool passes it on.
+class StopHandler {
  public:
-  SigintHandler() {
+  StopHandler() {
     g_interrupted = 0;
     struct sigaction sa {};
-    sa.sa_handler = on_pool_sigint;
+    sa.sa_handler = on_pool_stop;
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_);
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
   }
-  ~SigintHandler() { sigaction(SIGINT, &old_, nullptr); }
-  SigintHandler(const SigintHandler&) = delete;
-  SigintHandler& operator=(const SigintHandler&) = delete;
+  ~StopHandler() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  StopHandler(const StopHandler&) = delete;
+  StopHandler& operator=(const StopHandler&) = delete;
 
  private:
-  struct sigaction old_ {};
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
 };
 
 /// Starts `exe job.args…` with stdout and stderr appended to job.log, after a line that gives the
@@ -97,7 +103,7 @@ class Pool {
         total_(queue_.size()) {}
 
   JobsResult run() {
-    const SigintHandler handler;
+    const StopHandler handler;
     while (!queue_.empty() || !running_.empty()) {
       start_more();
       if (g_interrupted && !forwarded_) {

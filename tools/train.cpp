@@ -148,9 +148,11 @@ double learning_rate(const TrainOptions& o, long step) {
 
 namespace {
 
-std::atomic<bool> g_interrupted{false};
-extern "C" void on_sigint(int) {
-  g_interrupted = true;
+/// The signal that asked the loop to stop after its step (SIGINT: Ctrl-C; SIGTERM: `kill`, a job
+/// scheduler's time limit, `docker stop`), 0 for none.
+std::atomic<int> g_stop_signal{0};
+extern "C" void on_stop_signal(int sig) {
+  g_stop_signal = sig;
 }
 
 /// Mean validation loss over the same eval_batches windows at every evaluation.
@@ -344,8 +346,9 @@ int run_loop(const TrainOptions& o, const std::string& device, const fs::path& d
   print_run_header(o, p, *backend, corpus, dir);
   const Progress progress{isatty(STDERR_FILENO) && !o.quiet, o.quiet};
 
-  g_interrupted = false;
-  auto old_handler = std::signal(SIGINT, on_sigint);
+  g_stop_signal = 0;
+  auto old_int = std::signal(SIGINT, on_stop_signal);
+  auto old_term = std::signal(SIGTERM, on_stop_signal);
   const auto t0 = std::chrono::steady_clock::now();
   double last_val = std::nan("");
   long step = start_step;
@@ -385,7 +388,8 @@ int run_loop(const TrainOptions& o, const std::string& device, const fs::path& d
     }
     // Read once, after the heatmap: a Ctrl-C that comes while it is written still saves this step
     // (it used to be read before, and such a Ctrl-C said "saved" without saving).
-    const bool interrupted = g_interrupted;
+    const int stop_signal = g_stop_signal;
+    const bool interrupted = stop_signal != 0;
     if (save_due || interrupted) {
       if (!save_due) confirm_weights(o, *backend, corpus, s, val, evaluated, kept);
       if (!heatmap_now) backend->sync();
@@ -394,14 +398,15 @@ int run_loop(const TrainOptions& o, const std::string& device, const fs::path& d
     }
     if (interrupted) {
       fmt::print(stderr,
-                 "\ninterrupted: checkpoint of step {} saved in {}; continue with "
+                 "\ninterrupted{}: checkpoint of step {} saved in {}; continue with "
                  "`mhar-toy train --resume {}`\n",
-                 s, dir.string(), dir.string());
+                 stop_signal == SIGTERM ? " (SIGTERM)" : "", s, dir.string(), dir.string());
       code = kInterrupted;
       break;
     }
   }
-  std::signal(SIGINT, old_handler);
+  std::signal(SIGINT, old_int);
+  std::signal(SIGTERM, old_term);
   if (code == kOk) {
     if (o.heatmap_every == 0 || o.steps % o.heatmap_every != 0)
       heatmaps(dir, o, p, corpus, o.steps);

@@ -622,17 +622,19 @@ class _Trainer:
 
     def run(self) -> int:
         """The steps from the start step to the last, checkpoints as due; the exit status. A
-        Ctrl-C (SIGINT) is noted and acted on after the step it came in, as mhar-toy train does:
-        the step finishes, its checkpoint is written, exit 130. (A KeyboardInterrupt raised at any
+        Ctrl-C (SIGINT) or a SIGTERM (`kill`, a job scheduler's time limit, torchrun passing on
+        its own) is noted and acted on after the step it came in, as mhar-toy train does: the step
+        finishes, its checkpoint is written, exit 130. (A KeyboardInterrupt raised at any
         bytecode could stop AdamW half-way through the parameters, and the checkpoint would mix
         two steps.)"""
         if self.start_step is None:
             return 0
         self.interrupted = False
+        self.stop_signal = 0
 
-        def note(_signum, _frame):
-            self.interrupted = True
-        old = signal.signal(signal.SIGINT, note)
+        def note(signum, _frame):
+            self.interrupted, self.stop_signal = True, signum
+        old = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             self._open_run_dir()
             if not self.quiet:
@@ -644,7 +646,8 @@ class _Trainer:
                 if trace_dir else None
             return self._loop(trace)
         finally:
-            signal.signal(signal.SIGINT, old)
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
 
     def _loop(self, trace) -> int:
         """Steps until the last, --stop-after or a Ctrl-C; the exit status."""
@@ -666,10 +669,14 @@ class _Trainer:
                 self._save(s)
                 self.last_saved = s
             if stop and not self.quiet:
-                how = ("\ninterrupted: checkpoint of step %d saved in %s" if interrupted else
-                       "stopped after step %d (--stop-after): checkpoint saved in %s")
-                print(how % (s, run_dir) + "; continue with `mhar-train-ddp --resume %s`"
-                      % run_dir, file=sys.stderr)
+                if interrupted:  # by this process's signal, or another process's
+                    by = " (SIGTERM)" if self.stop_signal == signal.SIGTERM else ""
+                    how = "\ninterrupted%s: checkpoint of step %d saved in %s" % (by, s, run_dir)
+                else:
+                    how = ("stopped after step %d (--stop-after): checkpoint saved in %s"
+                           % (s, run_dir))
+                print(how + "; continue with `mhar-train-ddp --resume %s`" % run_dir,
+                      file=sys.stderr)
             if stop:
                 return EXIT_INTERRUPTED if interrupted else 0
         if not self.quiet:

@@ -310,10 +310,12 @@ def test_resume_drops_a_torn_csv_row(work):
         assert [json.loads(line)["step"] for line in f] == list(range(1, 12))
 
 
-def test_interrupted_exit_130_checkpoint_of_last_step(work):
-    """Ctrl-C (SIGINT) in the middle of a run: exit 130, one line naming the step saved, and the
-    checkpoint and optimizer state are those of the last step in metrics.csv; --resume continues
-    from it."""
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_interrupted_exit_130_checkpoint_of_last_step(work, sig):
+    """Ctrl-C (SIGINT), or SIGTERM (`kill`, a job scheduler's time limit), in the middle of a run:
+    exit 130, one line naming the step saved, and the checkpoint and optimizer state are those of
+    the last step in metrics.csv; --resume continues from it. (A SIGTERM killed the run at once,
+    losing the steps since its last checkpoint.)"""
     import subprocess
     import time
     from mhar_torch import load_checkpoint, load_optimizer
@@ -329,13 +331,14 @@ def test_interrupted_exit_130_checkpoint_of_last_step(work):
         if os.path.exists(csv) and len(open(csv).read().splitlines()) > 5:
             break
         time.sleep(0.05)
-    p.send_signal(signal.SIGINT)
+    p.send_signal(sig)
     _, err = p.communicate(timeout=60)
     last = err.strip().splitlines()[-1] if err.strip() else ""
-    print("\nmhar-train-ddp, SIGINT: exit %d: %s" % (p.returncode, last))
+    print("\nmhar-train-ddp, %s: exit %d: %s" % (sig.name, p.returncode, last))
     assert p.returncode == 130 and "Traceback" not in err, err
     step = int(open(csv).read().splitlines()[-1].split(",")[0])
-    assert last.startswith("interrupted: checkpoint of step %d saved" % step), err
+    by = " (SIGTERM)" if sig == signal.SIGTERM else ""
+    assert last.startswith("interrupted%s: checkpoint of step %d saved" % (by, step)), err
     ck = load_checkpoint(out)
     assert ck.step == step
     assert load_optimizer(os.path.join(out, "optimizer.safetensors"), ck.cfg)[2] == step

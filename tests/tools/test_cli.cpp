@@ -6,6 +6,7 @@
  *        code.
  */
 #include <fmt/format.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -296,12 +297,19 @@ TEST_CASE("resume with --steps at or below the run's step trains nothing and cha
   CHECK(read_text(run / "config.json") == before);  // it used to say "steps": 1 there
 }
 
-TEST_CASE("Ctrl-C saves a checkpoint, exits 130, and the run resumes", "[cli][sigint]") {
-  const fs::path d = scratch("sigint");
+TEST_CASE("Ctrl-C or SIGTERM saves a checkpoint, exits 130, and the run resumes",
+          "[cli][sigint]") {
+  // SIGTERM: `kill`, a job scheduler's time limit; it killed the run at once, losing the steps
+  // since its last checkpoint
+  const int sig = GENERATE(SIGINT, SIGTERM);
+  const fs::path d = scratch(sig == SIGINT ? "sigint" : "sigterm");
   const std::string out = (d / "run").string();
+  const fs::path log = d / "train.log";
   const pid_t pid = fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || dup2(fd, STDERR_FILENO) < 0) _exit(127);
     const std::string data = MHAR_DATA;
     execl(MHAR_TOY, MHAR_TOY, "train", "--data", data.c_str(), "--d", "32", "--layers", "2",
           "--n-head", "2", "--n-kv-head", "1", "--ffn", "48", "--seq-len", "32", "--batch", "4",
@@ -312,12 +320,15 @@ TEST_CASE("Ctrl-C saves a checkpoint, exits 130, and the run resumes", "[cli][si
   // Wait (without a timed assertion) until a few steps are logged, then interrupt.
   for (int i = 0; i < 600 && metrics(out).size() < 3; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  kill(pid, SIGINT);
+  kill(pid, sig);
   int status = 0;
   waitpid(pid, &status, 0);
+  CAPTURE(read_text(log));
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 130);
   const auto ck = mhar::toy::load_checkpoint(out);
+  CHECK_THAT(read_text(log), Contains(fmt::format("interrupted{}: checkpoint of step {} saved",
+                                                  sig == SIGTERM ? " (SIGTERM)" : "", ck.step)));
   CHECK(ck.step >= 3);
   CHECK(static_cast<long>(metrics(out).size()) == ck.step);
   const Result r = toy("train --resume " + out + " --steps " + std::to_string(ck.step + 3) + " -q");
@@ -658,7 +669,9 @@ TEST_CASE("sweep: --cuda-sync, --recheck-gpu and --skip-gpu-check reach every ru
 
 TEST_CASE("sweep: killed midway and rerun, it resumes and gives the uninterrupted summary",
           "[cli][sweep]") {
-  const fs::path d = scratch("sweep");
+  // SIGTERM killed the sweep, and with it its runs, losing their steps since their checkpoints
+  const int sig = GENERATE(SIGINT, SIGTERM);
+  const fs::path d = scratch(sig == SIGINT ? "sweep" : "sweep-term");
   const Result whole = toy("sweep" + kSweepGrid + " --out " + (d / "whole").string());
   REQUIRE(whole.code == 0);
   CHECK_THAT(whole.out, Contains("[2/2] attnres-d32-seed1: val"));
@@ -677,7 +690,7 @@ TEST_CASE("sweep: killed midway and rerun, it resumes and gives the uninterrupte
   // (Up to 10 minutes: a loaded CI machine can be slow; the loop ends as soon as it is there.)
   for (int i = 0; i < 12000 && metrics(second).size() < 12; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  kill(pid, SIGINT);
+  kill(pid, sig);
   int status = 0;
   waitpid(pid, &status, 0);
   REQUIRE(WIFEXITED(status));
