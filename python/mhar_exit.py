@@ -5,6 +5,7 @@ mhar-train-ddp keeps its own copy of USAGE_ERRNOS, so that the mhar_torch packag
 
 import errno
 import os
+import signal
 import sys
 from typing import Callable, List, Optional
 
@@ -30,7 +31,11 @@ def command_exit(prog: str, main: Callable[[Optional[List[str]]], int],
       standard output's: the commands' own files are opened by name, and report their errors
       themselves.
     - Ctrl-C: one line, "PROG: interrupted (Ctrl-C)" and `interrupted` (what is left), exit 130,
-      not a traceback."""
+      not a traceback.
+    - A pipe closed by its reader (`| head`) ends the command at once and silently, by SIGPIPE,
+      as mhar-toy and every Unix filter: Python ignores SIGPIPE, which made each write there a
+      BrokenPipeError and its traceback."""
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
         code = main(argv)
         sys.stdout.flush()

@@ -95,6 +95,18 @@ def test_bench_step_on_a_full_disk_says_the_output_is_incomplete(args):
                         "space left on device; it is incomplete\n"), p.stderr
 
 
+def test_bench_step_into_a_closed_pipe_ends_silently():
+    """Standard output a pipe whose reader has gone (`| head`): ended by SIGPIPE and nothing said,
+    as mhar-toy (it was a BrokenPipeError traceback). The read end is closed before the start, so
+    that every write fails."""
+    r, w = os.pipe()
+    os.close(r)
+    p = subprocess.run([sys.executable, os.path.join(common.PYTHON_DIR, "bench_step.py"),
+                        "--help"], stdout=w, stderr=subprocess.PIPE, text=True, timeout=120)
+    os.close(w)
+    assert p.returncode == -signal.SIGPIPE and p.stderr == "", (p.returncode, p.stderr)
+
+
 def test_bench_step_interrupted_is_one_line_exit_130():
     """Ctrl-C while a configuration is timed: one line, exit 130 as mhar-toy's (it was a
     traceback and death by the signal)."""

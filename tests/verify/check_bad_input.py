@@ -3,8 +3,9 @@
 is one line that names the file and says what is wrong in our words (no Python exception text:
 no "[Errno", no "Expecting value", no traceback), with mhar-toy's exit code (2 for input the user
 can fix), and a case name that would put a results file outside --results is refused. Each case copies the quick cases (written by the ctest fixture), damages one thing and
-runs the harness on the NumPy reference; the last two run it on the good cases with standard
-output on a full disk, and with a Ctrl-C while the function runs. Exit 0 when every case holds, 1 when one does not, 77
+runs the harness on the NumPy reference; the last three run it on the good cases with standard
+output on a full disk, with standard output a closed pipe, and with a Ctrl-C while the function
+runs. Exit 0 when every case holds, 1 when one does not, 77
 without NumPy.
 
     check_bad_input.py --toy build/tools/mhar-toy --cases build/tests/verify/quick-cases
@@ -136,6 +137,22 @@ def routing(*args, **kwargs):
 """
 
 
+def closed_pipe(cases, work, toy):
+    """Standard output a pipe whose reader has gone (`| head`): ended by SIGPIPE and nothing said,
+    as mhar-toy (it was a BrokenPipeError traceback). The read end is closed first, so that every
+    write fails."""
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        rc, out = run(cases, os.path.join(work, "pipe"), toy, stdout=w)
+    finally:
+        os.close(w)
+    ok = rc == -signal.SIGPIPE and out == ""
+    print(f"{'ok' if ok else 'FAIL'}: standard output a closed pipe: exit {rc} (want "
+          f"{-signal.SIGPIPE}): {out.strip()}")
+    return ok
+
+
 def interrupted(cases, work, toy):
     """Ctrl-C while the function runs: one line, exit 130 as mhar-toy's (it was a traceback and
     death by the signal)."""
@@ -187,6 +204,7 @@ def main():
             if not ok:
                 print(f"      expected one line holding: {text}")
         failures += not full_stdout(a.cases, work, a.toy)
+        failures += not closed_pipe(a.cases, work, a.toy)
         failures += not interrupted(a.cases, work, a.toy)
     return 1 if failures else 0
 
