@@ -123,15 +123,23 @@ class SourceStack:
         self.link: Optional[Tensor] = None
 
     def write(self, x: Tensor) -> None:
-        """Fills the next slot with x [B, T, d] (slot 0 first)."""
+        """Fills the next slot with x [B, T, d] (slot 0 first): the shape of the stack's first
+        source (its dtype may differ, as under autocast: the slot keeps the buffer's)."""
         b = self.bufs
         if self.written >= b.buf.shape[0]:
             raise RuntimeError("routing: every slot of the source buffer is already written")
+        if tuple(x.shape) != b.shape:  # a reshape of the same size would mix the positions up
+            raise ValueError("routing: slot %d must have the first source's shape %s, got %s"
+                             % (self.written, list(b.shape), list(x.shape)))
         self.link = _Write.apply(x, self.link, b.q, b.g, b, self.written)
         self.written += 1
 
     def read(self, site: int) -> Tensor:
         """Site `site`'s output [B, T, d]: the routing over its slots."""
+        n = len(self.bufs.sites)
+        if not 0 <= site < n:
+            raise IndexError("routing: there is no site %d: this stack has %d sites, 0 to %d"
+                             % (site, n, n - 1))
         need = max(self.bufs.sites[site])
         if need >= self.written:
             raise RuntimeError("routing: site %d reads slot %d, which is not written yet"

@@ -228,6 +228,30 @@ def test_order_is_checked():
         SourceStack(q, g, 3, [[0], [0, 1], [0, 1, 2]], S)
 
 
+@pytest.mark.parametrize("what", ["other-positions", "same-size-transposed", "site-past-the-end",
+                                  "site-negative"])
+def test_misuse_is_refused_in_our_words(what):
+    """A source of another shape, even one of the same size (a reshape would mix the positions
+    up: it was accepted and routed the wrong rows together), or a site that does not exist (an
+    IndexError of a list, or for -1 a message about slot 2): refused, saying what is wrong."""
+    import torch
+    from mhar_torch.routing_stack import DepthRoutingStack
+    r = DepthRoutingStack(d=16, sites=3, heads=4)
+    st = r.sources(torch.randn(2, 5, 16))
+    if what == "other-positions":
+        with pytest.raises(ValueError, match=r"slot 1 must have the first source's shape "
+                           r"\[2, 5, 16\], got \[2, 6, 16\]"):
+            st.write(torch.randn(2, 6, 16))
+    elif what == "same-size-transposed":
+        with pytest.raises(ValueError, match=r"got \[5, 2, 16\]"):
+            st.write(torch.randn(5, 2, 16))
+    else:
+        site = 3 if what == "site-past-the-end" else -1
+        with pytest.raises(IndexError, match="there is no site %d: this stack has 3 sites, 0 to 2"
+                           % site):
+            st.read(site)
+
+
 def test_saves_no_per_site_copy():
     """What autograd keeps (saved tensors, counted once each) with the fast routing is within 10 %
     of the residual model's at the same size; the plain routing keeps several times more."""
