@@ -1,7 +1,8 @@
 """What the exit of mhar's Python commands means, shared by mhar-verify (mhar_verify.py) and
 python/bench_step.py: mhar-toy's exit codes for OS errors and Ctrl-C, and standard output
-checked before a command exits. Imports neither torch nor numpy (the verify harness runs without torch).
-mhar-train-ddp keeps its own copy of USAGE_ERRNOS, so that the mhar_torch package stands alone."""
+checked before a command exits. Imports neither torch nor numpy (the verify harness runs
+without torch). mhar-train-ddp keeps its own copy of USAGE_ERRNOS, so that the mhar_torch
+package stands alone."""
 
 import errno
 import os
@@ -18,8 +19,7 @@ USAGE_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOT
 # A write that lost data: a full disk or quota, a file size limit, a device error.
 _LOST = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
 
-
-EXIT_INTERRUPTED = 130
+EXIT_FAILURE, EXIT_INTERRUPTED = 1, 130
 
 
 def command_exit(prog: str, main: Callable[[Optional[List[str]]], int],
@@ -50,4 +50,4 @@ def command_exit(prog: str, main: Callable[[Optional[List[str]]], int],
               % (prog, e.strerror or e), file=sys.stderr)
         # what is still buffered would fail again when Python flushes it at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
+        return EXIT_FAILURE

@@ -419,8 +419,7 @@ def find_toy(arg):
 
 def main(argv=None):
     """The command line (`mhar-verify`); exit codes as mhar-toy's (docs/cli.md)."""
-    return command_exit("mhar_verify", run, argv,
-                        "; nothing was graded")
+    return command_exit("mhar_verify", run, argv, "; no verdict")
 
 
 def run(argv):
