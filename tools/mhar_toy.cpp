@@ -140,7 +140,6 @@ int with_stdout_written(int code) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  using namespace mhar::toy;
   // Keep freed activation buffers in the heap: each training step allocates the same large
   // matrices again, and returning them to the kernel costs a page fault per 4 KiB every step.
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
