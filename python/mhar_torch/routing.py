@@ -28,7 +28,7 @@ def depth_route(sources: Union[Tensor, Sequence[Tensor]], q: Tensor, g: Tensor, 
 
     Returns out [..., d], and with return_weights also α [N, ..., H].
     """
-    S = sources if torch.is_tensor(sources) else torch.stack(list(sources))
+    S = sources if torch.is_tensor(sources) else _stacked(list(sources))
     d = S.shape[-1]
     if heads < 1 or d % heads != 0:
         raise ValueError("routing: H = %d must divide d = %d" % (heads, d))
@@ -41,6 +41,20 @@ def depth_route(sources: Union[Tensor, Sequence[Tensor]], q: Tensor, g: Tensor, 
     alpha = torch.softmax(z, dim=0)                                     # (3)  over depth
     out = (alpha.unsqueeze(-1) * S.unflatten(-1, (heads, K))).sum(dim=0).flatten(-2)  # (4)
     return (out, alpha) if return_weights else out
+
+
+def _stacked(sources: Sequence[Tensor]) -> Tensor:
+    """The sources as one tensor [N, ..., d]; a missing or misshapen source is refused in our
+    words (torch.stack's own message names neither the routing nor which source is wrong)."""
+    if not sources:
+        raise ValueError("routing: there must be at least one source, got none")
+    for i, x in enumerate(sources):
+        if not torch.is_tensor(x):
+            raise TypeError("routing: source %d is a %s, not a tensor" % (i, type(x).__name__))
+        if x.shape != sources[0].shape:
+            raise ValueError("routing: source %d has shape %s, source 0 %s: every source must "
+                             "have the same shape" % (i, list(x.shape), list(sources[0].shape)))
+    return torch.stack(list(sources))
 
 
 class DepthRouting(nn.Module):

@@ -92,3 +92,24 @@ def test_depth_routing_module():
         "a fresh site is not the mean of its sources"
     with pytest.raises(ValueError, match="must divide"):
         DepthRouting(D, heads=5)
+
+
+@pytest.mark.parametrize("what", ["none", "other-shape", "not-a-tensor"])
+def test_bad_sources_are_refused_in_our_words(what):
+    """A list of sources that cannot be routed: none, one of another shape, or something that is
+    not a tensor. torch.stack's own messages ("stack expects each tensor to be equal size") named
+    neither the routing nor which source is wrong."""
+    import torch
+    from mhar_torch import DepthRouting
+    site = DepthRouting(D, heads=4)
+    x = torch.randn(2, 3, D)
+    if what == "none":
+        with pytest.raises(ValueError, match="routing: there must be at least one source"):
+            site([])
+    elif what == "other-shape":
+        with pytest.raises(ValueError, match=r"routing: source 2 has shape \[2, 4, %d\], source 0 "
+                           r"\[2, 3, %d\]" % (D, D)):
+            site([x, x, torch.randn(2, 4, D)])
+    else:
+        with pytest.raises(TypeError, match="routing: source 1 is a list, not a tensor"):
+            site([x, [1.0] * D])
