@@ -36,6 +36,10 @@ EXIT_FAILURE, EXIT_USAGE, EXIT_DIVERGED, EXIT_UNAVAILABLE, EXIT_INTERRUPTED = 1,
 # (1): as mhar-toy (tools/mhar_toy.cpp, exit_code_of).
 USAGE_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR,
                 errno.EISDIR, errno.EEXIST)
+# A write that lost data (a full disk or quota, a file size limit, a device error): without a file
+# name, it was standard output's (the trainer's own files are named in their errors), as
+# mhar_exit.py says it for mhar-verify.
+LOST_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
 
 
 class UsageError(Exception):
@@ -615,15 +619,15 @@ class _Trainer:
         eta = elapsed / (s - self.start_step) * (train["steps"] - s)
         if not self.quiet and (s % train["log_every"] == 0 or s == train["steps"]
                                or val is not None):
-            print("step %6d/%d  loss %.4f%s  lr %.2e  %.0f tok/s  ETA %s"
+            _tell("step %6d/%d  loss %.4f%s  lr %.2e  %.0f tok/s  ETA %s"
                   % (s, train["steps"], loss, "" if val is None else "  val %.4f" % val,
-                     lr, tps, fmt_duration(eta)), file=sys.stderr, flush=True)
+                     lr, tps, fmt_duration(eta)))
         return val
 
     def run(self) -> int:
         """The steps from the start step to the last, checkpoints as due; the exit status. A
-        Ctrl-C (SIGINT) or a SIGTERM (`kill`, a job scheduler's time limit, torchrun passing on
-        its own) is noted and acted on after the step it came in, as mhar-toy train does: the step
+        Ctrl-C (SIGINT), a SIGTERM (`kill`, a job scheduler's time limit, torchrun passing on
+        its own) or a SIGHUP (the terminal closed) is noted and acted on after the step it came in, as mhar-toy train does: the step
         finishes, its checkpoint is written, exit 130. (A KeyboardInterrupt raised at any
         bytecode could stop AdamW half-way through the parameters, and the checkpoint would mix
         two steps.)"""
@@ -634,7 +638,8 @@ class _Trainer:
 
         def note(signum, _frame):
             self.interrupted, self.stop_signal = True, signum
-        old = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
+        old = {sig: signal.signal(sig, note)
+               for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         try:
             self._open_run_dir()
             if not self.quiet:
@@ -670,28 +675,46 @@ class _Trainer:
                 self.last_saved = s
             if stop and not self.quiet:
                 if interrupted:  # by this process's signal, or another process's
-                    by = " (SIGTERM)" if self.stop_signal == signal.SIGTERM else ""
+                    by = {signal.SIGTERM: " (SIGTERM)",
+                          signal.SIGHUP: " (SIGHUP)"}.get(self.stop_signal, "")
                     how = "\ninterrupted%s: checkpoint of step %d saved in %s" % (by, s, run_dir)
                 else:
                     how = ("stopped after step %d (--stop-after): checkpoint saved in %s"
                            % (s, run_dir))
-                print(how + "; continue with `mhar-train-ddp --resume %s`" % run_dir,
-                      file=sys.stderr)
+                _tell(how + "; continue with `mhar-train-ddp --resume %s`" % run_dir)
             if stop:
                 return EXIT_INTERRUPTED if interrupted else 0
         if not self.quiet:
-            print("done: %d steps, final train loss %.4f, val loss %s; run in %s (heatmaps: "
+            _tell("done: %d steps, final train loss %.4f, val loss %s; run in %s (heatmaps: "
                   "mhar-toy heatmap %s)" % (train["steps"], last_loss,
                                             "-" if last_val is None else "%.4f" % last_val,
-                                            run_dir, run_dir), file=sys.stderr)
+                                            run_dir, run_dir))
         return 0
+
+
+def _tell(line: str) -> None:
+    """A line on stderr, where a failed write is not an error: a progress line that cannot be
+    shown (the terminal closed under SIGHUP, stderr into a pipe whose reader has gone, or onto a
+    full disk) must not stop a run whose metrics and checkpoints go to their own files. After one
+    failure stderr is the null device: what stayed in its buffer would fail again at exit, and
+    Python then exits 120, not with the run's status."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        sys.stderr = open(os.devnull, "w")
 
 def main(argv: Optional[List[str]] = None) -> int:
     """The command line (`mhar-train-ddp`): exit 0, 1 when a file cannot be written (a full disk),
     2 for unusable input, 3 when the loss diverged, 4 when PyTorch or NumPy is missing, 130 when
     interrupted (after a checkpoint): mhar-toy's codes (docs/cli.md)."""
     try:
-        return train(sys.argv[1:] if argv is None else argv)
+        try:
+            code = train(sys.argv[1:] if argv is None else argv)
+        except SystemExit:  # argparse's --help (its refusals are on stderr)
+            sys.stdout.flush()  # a --help that did not reach stdout must not read as success
+            raise
+        sys.stdout.flush()
+        return code
     except UsageError as e:
         print("mhar-train-ddp: error: %s" % e, file=sys.stderr)
         return EXIT_USAGE
@@ -707,6 +730,12 @@ def main(argv: Optional[List[str]] = None) -> int:
               "and python3-numpy)" % e.name, file=sys.stderr)
         return EXIT_UNAVAILABLE
     except OSError as e:  # a run directory or file that cannot be written: one line, no traceback
+        if e.filename is None and e.errno in LOST_ERRNOS:
+            print("mhar-train-ddp: error: writing the output (standard output) failed: %s; it is "
+                  "incomplete" % (e.strerror or e), file=sys.stderr)
+            # what is still buffered would fail again when Python flushes it at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return EXIT_FAILURE
         where = "%s: " % e.filename if e.filename else ""
         print("mhar-train-ddp: error: %s%s" % (where, e.strerror or e), file=sys.stderr)
         return EXIT_USAGE if e.errno in USAGE_ERRNOS else EXIT_FAILURE

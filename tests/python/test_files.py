@@ -310,12 +310,15 @@ def test_resume_drops_a_torn_csv_row(work):
         assert [json.loads(line)["step"] for line in f] == list(range(1, 12))
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
+                         ids=["SIGINT", "SIGTERM", "SIGHUP"])
 def test_interrupted_exit_130_checkpoint_of_last_step(work, sig):
-    """Ctrl-C (SIGINT), or SIGTERM (`kill`, a job scheduler's time limit), in the middle of a run:
-    exit 130, one line naming the step saved, and the checkpoint and optimizer state are those of
-    the last step in metrics.csv; --resume continues from it. (A SIGTERM killed the run at once,
-    losing the steps since its last checkpoint.)"""
+    """Ctrl-C (SIGINT), SIGTERM (`kill`, a job scheduler's time limit), or SIGHUP (the terminal
+    closed) in the middle of a run: exit 130, one line naming the step saved, and the checkpoint
+    and optimizer state are those of the last step in metrics.csv; --resume continues from it. (A
+    SIGTERM or SIGHUP killed the run at once, losing the steps since its last checkpoint.) With
+    SIGHUP, stderr is gone first, as a closed terminal's is (here a pipe with no reader, and a line
+    every step): a progress line that cannot be written does not stop the run either."""
     import subprocess
     import time
     from mhar_torch import load_checkpoint, load_optimizer
@@ -323,6 +326,8 @@ def test_interrupted_exit_130_checkpoint_of_last_step(work, sig):
     args = ["--d", "16", "--layers", "1", "--n-head", "2", "--n-kv-head", "1", "--ffn", "24",
             "--seq-len", "16", "--batch", "2", "--steps", "1000000", "--eval-every", "1000000",
             "--ckpt-every", "1000000", "--init", "torch", "--data", common.CORPUS, "--out", out]
+    if sig == signal.SIGHUP:
+        args += ["--log-every", "1"]
     p = subprocess.Popen(common.TRAIN_DDP + args, env=common.torch_env(threads=1),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     csv = os.path.join(out, "metrics.csv")
@@ -331,14 +336,20 @@ def test_interrupted_exit_130_checkpoint_of_last_step(work, sig):
         if os.path.exists(csv) and len(open(csv).read().splitlines()) > 5:
             break
         time.sleep(0.05)
+    if sig == signal.SIGHUP:
+        p.stderr.close()
+        p.stderr = None  # communicate() below reads stdout only
+        time.sleep(0.5)  # a few progress lines into the closed pipe first
     p.send_signal(sig)
     _, err = p.communicate(timeout=60)
+    err = err or ""
     last = err.strip().splitlines()[-1] if err.strip() else ""
     print("\nmhar-train-ddp, %s: exit %d: %s" % (sig.name, p.returncode, last))
     assert p.returncode == 130 and "Traceback" not in err, err
     step = int(open(csv).read().splitlines()[-1].split(",")[0])
-    by = " (SIGTERM)" if sig == signal.SIGTERM else ""
-    assert last.startswith("interrupted%s: checkpoint of step %d saved" % (by, step)), err
+    if sig != signal.SIGHUP:
+        by = " (SIGTERM)" if sig == signal.SIGTERM else ""
+        assert last.startswith("interrupted%s: checkpoint of step %d saved" % (by, step)), err
     ck = load_checkpoint(out)
     assert ck.step == step
     assert load_optimizer(os.path.join(out, "optimizer.safetensors"), ck.cfg)[2] == step
@@ -346,6 +357,18 @@ def test_interrupted_exit_130_checkpoint_of_last_step(work, sig):
                             env=common.torch_env(threads=1), timeout=60)
     assert "resuming %s from step %d" % (out, step) in err, err
     assert load_checkpoint(out).step == step + 2
+
+
+def test_help_on_a_full_disk_says_the_output_is_incomplete():
+    """`mhar-train-ddp --help` with standard output on a full disk (/dev/full): one line naming
+    standard output, exit 1 (it said "error: No space left on device", naming nothing)."""
+    import subprocess
+    with open("/dev/full", "w") as full:
+        p = subprocess.run(common.TRAIN_DDP + ["--help"], stdout=full, stderr=subprocess.PIPE,
+                           text=True, timeout=120, env=common.torch_env(threads=1))
+    assert p.returncode == 1, p.stderr
+    assert p.stderr == ("mhar-train-ddp: error: writing the output (standard output) failed: No "
+                        "space left on device; it is incomplete\n"), p.stderr
 
 
 TINY = ["--d", "16", "--layers", "1", "--n-head", "2", "--n-kv-head", "1", "--ffn", "24",
