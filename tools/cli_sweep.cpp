@@ -96,8 +96,8 @@ void add_sweep_flags(CLI::App& cmd, SweepFlags& o) {
       "Any other flag of `train` that is not the run's model, seed, --out or --threads goes to\n"
       "every run (--steps, --lr, --batch, --eval-every, --data, --routing, …).\n"
       "Run names: <mode>-d<d>[-H<H>]-seed<s>. Calling the same sweep again skips finished runs\n"
-      "and resumes interrupted ones from their checkpoints; Ctrl-C (or SIGTERM) stops every run\n"
-      "with a checkpoint saved.");
+      "and resumes interrupted ones from their checkpoints; Ctrl-C (or SIGTERM, or SIGHUP) stops\n"
+      "every run with a checkpoint saved.");
 }
 
 /// What the sweep passes on to every run: train's options, and the process-wide flags of train

@@ -9,8 +9,8 @@
  *   3  training diverged (a NaN or infinite loss); the last good checkpoint is kept
  *   4  unavailable here: the command needs a GPU (or a CUDA build, or a build with figures)
  *      that this machine lacks
- *   130 interrupted (Ctrl-C; train and sweep also on SIGTERM); a checkpoint of the last finished
- *       step was written
+ *   130 interrupted (Ctrl-C; train and sweep also on SIGTERM and SIGHUP); a checkpoint of the
+ *       last finished step was written
  */
 #pragma once
 

@@ -1,7 +1,7 @@
 /**
  * @file sweep_jobs.cpp
- * @brief sweep_jobs.h: fork/exec of the children, waitpid, the progress lines and the SIGINT and
- *        SIGTERM handling of the sweep's job pool.
+ * @brief sweep_jobs.h: fork/exec of the children, waitpid, the progress lines and the SIGINT,
+ *        SIGTERM and SIGHUP handling of the sweep's job pool.
  */
 #include "sweep_jobs.h"
 
@@ -31,7 +31,7 @@ extern "C" void on_pool_stop(int) {
   g_interrupted = 1;
 }
 
-/// Sets g_interrupted on SIGINT or SIGTERM (as train stops on either) from construction to
+/// Sets g_interrupted on SIGINT, SIGTERM or SIGHUP (as train stops on each) from construction to
 /// destruction, then puts the old handlers back. sigaction, not std::signal as train does:
 /// glibc's signal() sets SA_RESTART, so waitpid would go on waiting after a Ctrl-C until some
 /// child ended, and a signal sent to the sweep alone (`kill`, a job scheduler's time limit; not a
@@ -46,10 +46,12 @@ class StopHandler {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int_);
     sigaction(SIGTERM, &sa, &old_term_);
+    sigaction(SIGHUP, &sa, &old_hup_);
   }
   ~StopHandler() {
     sigaction(SIGINT, &old_int_, nullptr);
     sigaction(SIGTERM, &old_term_, nullptr);
+    sigaction(SIGHUP, &old_hup_, nullptr);
   }
   StopHandler(const StopHandler&) = delete;
   StopHandler& operator=(const StopHandler&) = delete;
@@ -57,6 +59,7 @@ class StopHandler {
  private:
   struct sigaction old_int_ {};
   struct sigaction old_term_ {};
+  struct sigaction old_hup_ {};
 };
 
 /// Starts `exe job.args…` with stdout and stderr appended to job.log, after a line that gives the

@@ -20,6 +20,9 @@
 #include <limits>
 #include <memory>
 #include <numbers>
+#include <string>
+#include <system_error>
+#include <utility>
 
 #include "backend.h"
 #include "checkpoint.h"
@@ -149,10 +152,27 @@ double learning_rate(const TrainOptions& o, long step) {
 namespace {
 
 /// The signal that asked the loop to stop after its step (SIGINT: Ctrl-C; SIGTERM: `kill`, a job
-/// scheduler's time limit, `docker stop`), 0 for none.
+/// scheduler's time limit, `docker stop`; SIGHUP: the terminal closed, as an ssh connection that
+/// drops or a terminal window shut), 0 for none.
 std::atomic<int> g_stop_signal{0};
 extern "C" void on_stop_signal(int sig) {
   g_stop_signal = sig;
+}
+
+/// " (SIGTERM)" or " (SIGHUP)" for the interrupted message; nothing for Ctrl-C.
+std::string signal_said(int sig) {
+  return sig == SIGTERM ? " (SIGTERM)" : sig == SIGHUP ? " (SIGHUP)" : "";
+}
+
+/// Prints to stderr, where a failed write is not an error: a progress line that cannot be shown
+/// (the terminal closed under SIGHUP, stderr on a full disk) must not stop a run whose metrics
+/// and checkpoints go to their own files (fmt::print throws when the write fails).
+template <typename... Args>
+void tell(fmt::format_string<Args...> f, Args&&... args) {
+  try {
+    fmt::print(stderr, f, std::forward<Args>(args)...);
+  } catch (const std::system_error&) {
+  }
 }
 
 /// Mean validation loss over the same eval_batches windows at every evaluation.
@@ -316,16 +336,15 @@ struct Progress {
              double tokens_per_s, double eta_s) const {
     if (tty) {
       const int width = 24, filled = static_cast<int>(width * s / o.steps);
-      fmt::print(stderr, "\r[{}{}] step {}/{}  loss {:.4f}  val {}  {:.0f} tok/s  ETA {}   ",
-                 std::string(filled, '#'), std::string(width - filled, '.'), s, o.steps, r.loss,
-                 std::isnan(last_val) ? std::string("-") : fmt::format("{:.4f}", last_val),
-                 tokens_per_s, fmt_duration(eta_s));
-      if (s == o.steps) fmt::print(stderr, "\n");
+      tell("\r[{}{}] step {}/{}  loss {:.4f}  val {}  {:.0f} tok/s  ETA {}   ",
+           std::string(filled, '#'), std::string(width - filled, '.'), s, o.steps, r.loss,
+           std::isnan(last_val) ? std::string("-") : fmt::format("{:.4f}", last_val), tokens_per_s,
+           fmt_duration(eta_s));
+      if (s == o.steps) tell("\n");
     } else if (!quiet && (s % o.log_every == 0 || s == o.steps || !std::isnan(val))) {
-      fmt::print(stderr, "step {:>6}/{}  loss {:.4f}{}  lr {:.2e}  {:.0f} tok/s  ETA {}\n", s,
-                 o.steps, r.loss,
-                 std::isnan(val) ? std::string() : fmt::format("  val {:.4f}", val), r.lr,
-                 tokens_per_s, fmt_duration(eta_s));
+      tell("step {:>6}/{}  loss {:.4f}{}  lr {:.2e}  {:.0f} tok/s  ETA {}\n", s, o.steps, r.loss,
+           std::isnan(val) ? std::string() : fmt::format("  val {:.4f}", val), r.lr, tokens_per_s,
+           fmt_duration(eta_s));
     }
   }
 };
@@ -349,6 +368,10 @@ int run_loop(const TrainOptions& o, const std::string& device, const fs::path& d
   g_stop_signal = 0;
   auto old_int = std::signal(SIGINT, on_stop_signal);
   auto old_term = std::signal(SIGTERM, on_stop_signal);
+  auto old_hup = std::signal(SIGHUP, on_stop_signal);
+  // stderr into a pipe whose reader has gone (`train 2>&1 | tee log`, tee stopped by the same
+  // Ctrl-C): the write fails (`tell` goes on) instead of SIGPIPE killing the run unsaved.
+  auto old_pipe = std::signal(SIGPIPE, SIG_IGN);
   const auto t0 = std::chrono::steady_clock::now();
   double last_val = std::nan("");
   long step = start_step;
@@ -397,22 +420,24 @@ int run_loop(const TrainOptions& o, const std::string& device, const fs::path& d
       last_saved = s;
     }
     if (interrupted) {
-      fmt::print(stderr,
-                 "\ninterrupted{}: checkpoint of step {} saved in {}; continue with "
-                 "`mhar-toy train --resume {}`\n",
-                 stop_signal == SIGTERM ? " (SIGTERM)" : "", s, dir.string(), dir.string());
+      tell(
+          "\ninterrupted{}: checkpoint of step {} saved in {}; continue with "
+          "`mhar-toy train --resume {}`\n",
+          signal_said(stop_signal), s, dir.string(), dir.string());
       code = kInterrupted;
       break;
     }
   }
   std::signal(SIGINT, old_int);
   std::signal(SIGTERM, old_term);
+  std::signal(SIGHUP, old_hup);
+  std::signal(SIGPIPE, old_pipe);
   if (code == kOk) {
     if (o.heatmap_every == 0 || o.steps % o.heatmap_every != 0)
       heatmaps(dir, o, p, corpus, o.steps);
     if (!o.quiet)
-      fmt::print(stderr, "done: {} steps, final train loss {:.4f}, val loss {:.4f}; run in {}\n",
-                 o.steps, last_loss, last_val, dir.string());
+      tell("done: {} steps, final train loss {:.4f}, val loss {:.4f}; run in {}\n", o.steps,
+           last_loss, last_val, dir.string());
   }
   return code;
 }

@@ -24,6 +24,7 @@
 #include <sstream>
 #include <thread>
 #include <tuple>
+#include <vector>
 
 #include "bench_routing_cpu.h"
 #include "checkpoint.h"
@@ -297,38 +298,56 @@ TEST_CASE("resume with --steps at or below the run's step trains nothing and cha
   CHECK(read_text(run / "config.json") == before);  // it used to say "steps": 1 there
 }
 
-TEST_CASE("Ctrl-C or SIGTERM saves a checkpoint, exits 130, and the run resumes",
+TEST_CASE("Ctrl-C, SIGTERM or SIGHUP saves a checkpoint, exits 130, and the run resumes",
           "[cli][sigint]") {
-  // SIGTERM: `kill`, a job scheduler's time limit; it killed the run at once, losing the steps
-  // since its last checkpoint
-  const int sig = GENERATE(SIGINT, SIGTERM);
-  const fs::path d = scratch(sig == SIGINT ? "sigint" : "sigterm");
+  // SIGTERM: `kill`, a job scheduler's time limit; SIGHUP: the terminal closed. Each killed the
+  // run at once, losing the steps since its last checkpoint. With SIGHUP stderr is gone first, as
+  // a closed terminal's is (here a pipe with no reader, and a progress line every step), and a
+  // line that cannot be written must not stop the run either (the write raised SIGPIPE, or threw).
+  const int sig = GENERATE(SIGINT, SIGTERM, SIGHUP);
+  const fs::path d = scratch(sig == SIGINT ? "sigint" : sig == SIGTERM ? "sigterm" : "sighup");
   const std::string out = (d / "run").string();
   const fs::path log = d / "train.log";
+  int gone[2] = {-1, -1};  // SIGHUP: stderr is this pipe, whose reader closes before the signal
+  REQUIRE((sig != SIGHUP || pipe(gone) == 0));
   const pid_t pid = fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
-    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int fd = sig == SIGHUP ? gone[1] : open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0 || dup2(fd, STDERR_FILENO) < 0) _exit(127);
+    if (sig == SIGHUP) close(gone[0]);
     const std::string data = MHAR_DATA;
-    execl(MHAR_TOY, MHAR_TOY, "train", "--data", data.c_str(), "--d", "32", "--layers", "2",
-          "--n-head", "2", "--n-kv-head", "1", "--ffn", "48", "--seq-len", "32", "--batch", "4",
-          "--steps", "100000", "--ckpt-every", "1000", "--threads", "1", "-q", "--out", out.c_str(),
-          static_cast<char*>(nullptr));
+    std::vector<const char*> argv = {
+        MHAR_TOY,    "train",     "--data",  data.c_str(),  "--d",     "32",     "--layers",
+        "2",         "--n-head",  "2",       "--n-kv-head", "1",       "--ffn",  "48",
+        "--seq-len", "32",        "--batch", "4",           "--steps", "100000", "--ckpt-every",
+        "1000",      "--threads", "1",       "--log-every", "1",       "--out",  out.c_str()};
+    if (sig != SIGHUP) argv.push_back("-q");
+    argv.push_back(nullptr);
+    execv(MHAR_TOY, const_cast<char* const*>(argv.data()));
     _exit(127);
   }
+  if (sig == SIGHUP) close(gone[1]);
   // Wait (without a timed assertion) until a few steps are logged, then interrupt.
   for (int i = 0; i < 600 && metrics(out).size() < 3; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  if (sig == SIGHUP) {
+    close(gone[0]);
+    const std::size_t n = metrics(out).size();  // a progress line into the closed pipe first
+    for (int i = 0; i < 600 && metrics(out).size() < n + 2; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   kill(pid, sig);
   int status = 0;
   waitpid(pid, &status, 0);
-  CAPTURE(read_text(log));
+  CAPTURE(sig == SIGHUP ? std::string("(stderr was a closed pipe)") : read_text(log));
+  CAPTURE(WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 130);
   const auto ck = mhar::toy::load_checkpoint(out);
-  CHECK_THAT(read_text(log), Contains(fmt::format("interrupted{}: checkpoint of step {} saved",
-                                                  sig == SIGTERM ? " (SIGTERM)" : "", ck.step)));
+  if (sig != SIGHUP)
+    CHECK_THAT(read_text(log), Contains(fmt::format("interrupted{}: checkpoint of step {} saved",
+                                                    sig == SIGTERM ? " (SIGTERM)" : "", ck.step)));
   CHECK(ck.step >= 3);
   CHECK(static_cast<long>(metrics(out).size()) == ck.step);
   const Result r = toy("train --resume " + out + " --steps " + std::to_string(ck.step + 3) + " -q");
