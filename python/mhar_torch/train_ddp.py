@@ -627,10 +627,10 @@ class _Trainer:
     def run(self) -> int:
         """The steps from the start step to the last, checkpoints as due; the exit status. A
         Ctrl-C (SIGINT), a SIGTERM (`kill`, a job scheduler's time limit, torchrun passing on
-        its own) or a SIGHUP (the terminal closed) is noted and acted on after the step it came in, as mhar-toy train does: the step
-        finishes, its checkpoint is written, exit 130. (A KeyboardInterrupt raised at any
-        bytecode could stop AdamW half-way through the parameters, and the checkpoint would mix
-        two steps.)"""
+        its own) or a SIGHUP (the terminal closed) is noted and acted on after the step it came
+        in, as mhar-toy train does: the step finishes, its checkpoint is written, exit 130. (A
+        KeyboardInterrupt raised at any bytecode could stop AdamW half-way through the
+        parameters, and the checkpoint would mix two steps.)"""
         if self.start_step is None:
             return 0
         self.interrupted = False
@@ -702,6 +702,7 @@ def _tell(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
     except OSError:
         sys.stderr = open(os.devnull, "w")
+
 
 def main(argv: Optional[List[str]] = None) -> int:
     """The command line (`mhar-train-ddp`): exit 0, 1 when a file cannot be written (a full disk),

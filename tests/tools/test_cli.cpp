@@ -678,9 +678,11 @@ TEST_CASE("sweep: --cuda-sync, --recheck-gpu and --skip-gpu-check reach every ru
 
 TEST_CASE("sweep: killed midway and rerun, it resumes and gives the uninterrupted summary",
           "[cli][sweep]") {
-  // SIGTERM killed the sweep, and with it its runs, losing their steps since their checkpoints
-  const int sig = GENERATE(SIGINT, SIGTERM);
-  const fs::path d = scratch(sig == SIGINT ? "sweep" : "sweep-term");
+  // SIGTERM or SIGHUP (the terminal closed) killed the sweep, and with it its runs, losing their
+  // steps since their checkpoints
+  const int sig = GENERATE(SIGINT, SIGTERM, SIGHUP);
+  const fs::path d =
+      scratch(sig == SIGINT ? "sweep" : sig == SIGTERM ? "sweep-term" : "sweep-hup");
   const Result whole = toy("sweep" + kSweepGrid + " --out " + (d / "whole").string());
   REQUIRE(whole.code == 0);
   CHECK_THAT(whole.out, Contains("[2/2] attnres-d32-seed1: val"));
